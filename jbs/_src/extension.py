@@ -1,0 +1,79 @@
+"""Finding and registering the compiled CUDA extension, and reporting which path runs.
+
+The extension is optional. It is used only when it imports, was compiled against the jaxlib
+that is running (XLA FFI handlers built against newer headers refuse to load in an older
+jaxlib, and the reverse is untested), and JBS_DISABLE_CUDA is not set. Otherwise every
+platform runs the pure-JAX reference lowering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import jax
+import jaxlib
+
+# FFI target names, shared with cuda/ffi/*.cu.
+TARGETS = ("jbs_bsmm_fwd", "jbs_bsmm_dx", "jbs_bsmm_dw")
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+    """Which implementation jbs uses, and why."""
+
+    cuda_kernels: bool       # the CUDA FFI kernels are registered and lowered to on GPU
+    reason: str              # why (or why not)
+    jax_version: str
+    extension_built_against: str | None
+    gpu_present: bool
+
+    def __str__(self) -> str:
+        path = "CUDA kernels" if self.cuda_kernels and self.gpu_present else "pure-JAX reference"
+        lines = [
+            f"jbs: running the {path} path",
+            f"  reason: {self.reason}",
+            f"  jax {self.jax_version}; extension built against jaxlib {self.extension_built_against or '-'}",
+            f"  GPU present: {self.gpu_present}",
+        ]
+        if not (self.cuda_kernels and self.gpu_present):
+            lines.append("  (kernel timings need a CUDA GPU and the compiled extension)")
+        return "\n".join(lines)
+
+
+@functools.cache
+def load() -> tuple[object | None, str, str | None]:
+    """Imports and registers the extension once: (module or None, reason, built-against)."""
+    if os.environ.get("JBS_DISABLE_CUDA", "") not in ("", "0"):
+        return None, "disabled by JBS_DISABLE_CUDA", None
+    try:
+        from jbs import _jbs_cuda  # noqa: PLC0415 - optional compiled module
+    except ImportError as error:
+        return None, f"the CUDA extension is not installed ({error})", None
+    built = _jbs_cuda.built_against_jax()
+    if built != jaxlib.__version__:
+        return None, (f"the CUDA extension was built against jaxlib {built} but jaxlib "
+                      f"{jaxlib.__version__} is running; reinstall jbs with "
+                      f"`pip install --no-build-isolation .`"), built
+    for name, capsule in _jbs_cuda.registrations().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    return _jbs_cuda, "the CUDA extension is compiled and registered", built
+
+
+def cuda_available() -> bool:
+    return load()[0] is not None
+
+
+def _gpu_present() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def backend_info() -> BackendInfo:
+    """Says which path jbs runs on this machine and why. Never raises."""
+    module, reason, built = load()
+    return BackendInfo(cuda_kernels=module is not None, reason=reason, jax_version=jax.__version__,
+                       extension_built_against=built, gpu_present=_gpu_present())

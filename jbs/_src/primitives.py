@@ -1,0 +1,203 @@
+"""The block-sparse matmul primitives: abstract evaluation, batching and autodiff.
+
+Three primitives, each bilinear in its two data operands:
+
+    bsmm_fwd(x, w)  -> y  = x @ W          (G, N, C), (G, nnz, bs, bs) -> (G, N, K)
+    bsmm_dx(dy, w)  -> dx = dy @ W.T       (G, N, K), (G, nnz, bs, bs) -> (G, N, C)
+    bsmm_dw(x, dy)  -> dw = x.T @ dy on the nonzero blocks only  -> (G, nnz, bs, bs)
+
+followed by the five int32 lookup tables of the layout (tables.Tables), which every primitive
+carries so that each one's transpose can bind the others. Every data operand has a leading
+group axis of size 1 (shared by all groups) or G; groups are how ``vmap`` over stacked weights
+runs in one kernel launch instead of a Python loop.
+
+The only parameter is ``precision`` (precision.DEFAULT or HIGHEST); shapes follow from the
+operands: K = bs * (len(fwd_offsets) - 1), C = bs * (len(dx_offsets) - 1).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
+
+from jbs._src.tables import Tables
+
+bsmm_fwd_p = Primitive("jbs_bsmm_fwd")
+bsmm_dx_p = Primitive("jbs_bsmm_dx")
+bsmm_dw_p = Primitive("jbs_bsmm_dw")
+
+NUM_TABLES = len(Tables._fields)
+NOT_MAPPED = None  # how a batching rule marks an operand that vmap does not map
+
+
+# ----------------------------------------------------------------------------- abstract eval
+
+def _group_count(name, a, b):
+    ga, gb = a.shape[0], b.shape[0]
+    if ga != gb and 1 not in (ga, gb):
+        raise ValueError(f"{name}: group axes {ga} and {gb} must be equal or 1")
+    return max(ga, gb)
+
+
+def _check_common(name, a, b, tables):
+    if a.dtype != b.dtype:
+        raise TypeError(f"{name}: operand dtypes differ: {a.dtype} and {b.dtype}")
+    if len(tables) != NUM_TABLES:
+        raise TypeError(f"{name}: expected {NUM_TABLES} lookup tables, got {len(tables)}")
+
+
+def _fwd_abstract(x, w, *tables, precision):
+    _check_common("bsmm_fwd", x, w, tables)
+    g = _group_count("bsmm_fwd", x, w)
+    k = w.shape[-1] * (tables[0].shape[0] - 1)
+    return jax.core.ShapedArray((g, x.shape[1], k), x.dtype)
+
+
+def _dx_abstract(dy, w, *tables, precision):
+    _check_common("bsmm_dx", dy, w, tables)
+    g = _group_count("bsmm_dx", dy, w)
+    c = w.shape[-1] * (tables[2].shape[0] - 1)
+    return jax.core.ShapedArray((g, dy.shape[1], c), dy.dtype)
+
+
+def _dw_abstract(x, dy, *tables, precision):
+    _check_common("bsmm_dw", x, dy, tables)
+    g = _group_count("bsmm_dw", x, dy)
+    bs = x.shape[-1] // (tables[2].shape[0] - 1)
+    return jax.core.ShapedArray((g, tables[4].shape[0], bs, bs), x.dtype)
+
+
+bsmm_fwd_p.def_abstract_eval(_fwd_abstract)
+bsmm_dx_p.def_abstract_eval(_dx_abstract)
+bsmm_dw_p.def_abstract_eval(_dw_abstract)
+
+
+# ----------------------------------------------------------------------------- autodiff
+
+def _bilinear_jvp(prim):
+    def jvp(primals, tangents, **params):
+        a, b, *tables = primals
+        ta, tb = tangents[:2]
+        out = prim.bind(a, b, *tables, **params)
+        terms = []
+        if type(ta) is not ad.Zero:
+            terms.append(prim.bind(ta, b, *tables, **params))
+        if type(tb) is not ad.Zero:
+            terms.append(prim.bind(a, tb, *tables, **params))
+        if not terms:  # JAX skips the rule when all tangents are zero; this is a safeguard
+            return out, jnp.zeros_like(out)
+        tangent = terms[0] if len(terms) == 1 else terms[0] + terms[1]
+        return out, tangent
+    return jvp
+
+
+def _reduce_groups(cotangent, aval):
+    """Sums the group axis of a cotangent back to an operand that was broadcast (group 1)."""
+    if aval.shape[0] == 1 and cotangent.shape[0] != 1:
+        cotangent = jnp.sum(cotangent, axis=0, keepdims=True, dtype=jnp.float32).astype(cotangent.dtype)
+    return cotangent
+
+
+def _bilinear_transpose(name, ct_a_rule, ct_b_rule):
+    """Transpose of a bilinear primitive given the two cotangent rules (ct, a, b, tables)."""
+    def transpose(ct, a, b, *tables, **params):
+        if any(ad.is_undefined_primal(t) for t in tables):
+            raise ValueError(f"{name}: lookup tables are not differentiable")
+        if ad.is_undefined_primal(a) == ad.is_undefined_primal(b):
+            raise ValueError(f"{name}: transpose needs exactly one linear operand")
+        none = [None] * len(tables)
+        if ad.is_undefined_primal(a):
+            if type(ct) is ad.Zero:
+                return [ad.Zero(a.aval), None] + none
+            return [_reduce_groups(ct_a_rule(ct, b, tables, params), a.aval), None] + none
+        if type(ct) is ad.Zero:
+            return [None, ad.Zero(b.aval)] + none
+        return [None, _reduce_groups(ct_b_rule(ct, a, tables, params), b.aval)] + none
+    return transpose
+
+
+# y = x W:         ct_x = dx(ct, w),   ct_w = dw(x, ct)
+# dx = dy W^T:     ct_dy = fwd(ct, w), ct_w = dw(ct, dy)
+# dw = x^T dy|_W:  ct_x = dx(dy, ct),  ct_dy = fwd(x, ct)
+ad.primitive_jvps[bsmm_fwd_p] = _bilinear_jvp(bsmm_fwd_p)
+ad.primitive_jvps[bsmm_dx_p] = _bilinear_jvp(bsmm_dx_p)
+ad.primitive_jvps[bsmm_dw_p] = _bilinear_jvp(bsmm_dw_p)
+ad.primitive_transposes[bsmm_fwd_p] = _bilinear_transpose(
+    "bsmm_fwd",
+    lambda ct, w, t, p: bsmm_dx_p.bind(ct, w, *t, **p),
+    lambda ct, x, t, p: bsmm_dw_p.bind(x, ct, *t, **p))
+ad.primitive_transposes[bsmm_dx_p] = _bilinear_transpose(
+    "bsmm_dx",
+    lambda ct, w, t, p: bsmm_fwd_p.bind(ct, w, *t, **p),
+    lambda ct, dy, t, p: bsmm_dw_p.bind(ct, dy, *t, **p))
+ad.primitive_transposes[bsmm_dw_p] = _bilinear_transpose(
+    "bsmm_dw",
+    lambda ct, dy, t, p: bsmm_dx_p.bind(dy, ct, *t, **p),
+    lambda ct, x, t, p: bsmm_fwd_p.bind(x, ct, *t, **p))
+
+
+# ----------------------------------------------------------------------------- batching
+
+def _group_size(operand, bdim):
+    """Size of the (logical) group axis 0 of an operand whose vmapped axis is ``bdim``."""
+    return operand.shape[1 if bdim == 0 else 0]
+
+
+def _to_groups(operand, bdim, batch, groups):
+    """Folds a vmapped axis into the group axis: (.., g, ...) -> (batch * groups, ...).
+
+    An unbatched operand shared by all groups (group 1) stays shared, with no copy.
+    """
+    if bdim is NOT_MAPPED:
+        if operand.shape[0] == 1:
+            return operand
+        operand = operand[None]
+    else:
+        operand = jnp.moveaxis(operand, bdim, 0)
+    operand = jnp.broadcast_to(operand, (batch, groups) + operand.shape[2:])
+    return operand.reshape((batch * groups,) + operand.shape[2:])
+
+
+def _batch_rule(prim, activation_first):
+    """vmap rule. ``activation_first``: operand 0 is an activation (rows N) and operand 1 a
+    weight, so when only the activation is batched, the batch folds into the rows N."""
+    def rule(args, dims, **params):
+        a, b, *tables = args
+        da, db = dims[:2]
+        if any(d is not NOT_MAPPED for d in dims[2:]):
+            raise NotImplementedError("jbs: vmap over the lookup tables (the layout) is not supported")
+        if activation_first and db is NOT_MAPPED:
+            a = jnp.moveaxis(a, da, 1)  # (g, batch, n, f)
+            g, batch, n, f = a.shape
+            out = prim.bind(a.reshape(g, batch * n, f), b, *tables, **params)
+            return out.reshape(out.shape[0], batch, n, out.shape[-1]), 1
+        batch = a.shape[da] if da is not NOT_MAPPED else b.shape[db]
+        groups = max(_group_size(a, da), _group_size(b, db))
+        out = prim.bind(_to_groups(a, da, batch, groups), _to_groups(b, db, batch, groups),
+                        *tables, **params)
+        return out.reshape((batch, groups) + out.shape[1:]), 0
+    return rule
+
+
+batching.primitive_batchers[bsmm_fwd_p] = _batch_rule(bsmm_fwd_p, activation_first=True)
+batching.primitive_batchers[bsmm_dx_p] = _batch_rule(bsmm_dx_p, activation_first=True)
+batching.primitive_batchers[bsmm_dw_p] = _batch_rule(bsmm_dw_p, activation_first=False)
+
+
+# ----------------------------------------------------------------------------- eager calls
+
+def _eager_impl(prim):
+    """Outside jit a primitive runs as a one-op jitted computation (so it uses the lowering)."""
+    @functools.lru_cache(maxsize=None)
+    def compiled(**params):
+        return jax.jit(lambda *operands: prim.bind(*operands, **params))
+
+    return lambda *operands, **params: compiled(**params)(*operands)
+
+
+for _prim in (bsmm_fwd_p, bsmm_dx_p, bsmm_dw_p):
+    _prim.def_impl(_eager_impl(_prim))

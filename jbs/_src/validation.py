@@ -1,0 +1,53 @@
+"""Argument checks shared by the public ops. Each error names the argument, what it got and
+what it expected."""
+
+from __future__ import annotations
+
+import numpy as np
+import jax.numpy as jnp
+
+BLOCK_SIZES = (8, 16, 32, 64)
+FLOAT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def as_layout(layout, name: str = "layout") -> np.ndarray:
+    """A read-only, C-contiguous bool copy of a 2-D 0/1 (or bool) array."""
+    if hasattr(layout, "aval") and not hasattr(layout, "__array__"):
+        raise TypeError(f"{name} must be concrete host data (numpy), not a traced value")
+    array = np.asarray(layout)
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array of 0/1 or bool, got shape {array.shape}")
+    if array.dtype != np.bool_:
+        if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+            raise TypeError(f"{name} must hold 0/1 or bool values, got dtype {array.dtype}")
+        if not np.isin(array, (0, 1)).all():
+            bad = array[~np.isin(array, (0, 1))].ravel()[:3]
+            raise ValueError(f"{name} must hold only 0 and 1, got values such as {bad.tolist()}")
+    result = np.array(array, dtype=bool, order="C")  # a copy: the caller's array is never aliased
+    if not result.any():
+        raise ValueError(f"{name} of shape {result.shape} has no nonzero block; "
+                         "a block-sparse op needs at least one")
+    result.setflags(write=False)
+    return result
+
+
+def check_block_size(block_size) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(f"block_size must be an int in {BLOCK_SIZES}, got {block_size!r}")
+    if int(block_size) not in BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
+    return int(block_size)
+
+
+def check_float_dtype(name: str, dtype) -> jnp.dtype:
+    dtype = jnp.dtype(dtype)
+    if dtype not in FLOAT_DTYPES:
+        expected = ", ".join(str(d) for d in FLOAT_DTYPES)
+        raise TypeError(f"{name} must have dtype {expected}; got {dtype}")
+    return dtype
+
+
+def check_weight_dtype(name: str, dtype) -> None:
+    """Weights may be any float dtype (they are cast to the input's dtype), never integers."""
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating-point array, got dtype {dtype}")

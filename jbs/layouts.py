@@ -1,0 +1,89 @@
+"""Layout generators. A layout is a 2-D numpy bool array: ``layout[c, k]`` connects input block
+``c`` to output block ``k``. All generators are seeded and deterministic."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+__all__ = ["random", "barabasi_albert", "watts_strogatz", "block_diagonal", "magnitude_prune"]
+
+
+def _check_positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _check_density(density):
+    if not 0.0 < float(density) <= 1.0:
+        raise ValueError(f"density must be in (0, 1], got {density!r}")
+    return float(density)
+
+
+def random(rows: int, cols: int, density: float, *, seed: int) -> np.ndarray:
+    """Uniformly random layout with exactly ``max(1, round(density * rows * cols))`` blocks."""
+    rows, cols = _check_positive("rows", rows), _check_positive("cols", cols)
+    count = max(1, round(_check_density(density) * rows * cols))
+    chosen = np.random.default_rng(seed).choice(rows * cols, size=count, replace=False)
+    layout = np.zeros(rows * cols, dtype=bool)
+    layout[chosen] = True
+    return layout.reshape(rows, cols)
+
+
+def _graph_layout(graph: nx.Graph, n: int) -> np.ndarray:
+    """Symmetric adjacency with the diagonal set: every block also feeds itself."""
+    layout = nx.to_numpy_array(graph, nodelist=range(n), dtype=bool)
+    np.fill_diagonal(layout, True)
+    return layout
+
+
+def barabasi_albert(n: int, m: int, *, seed: int) -> np.ndarray:
+    """Small-world, scale-free layout (n x n): preferential attachment, m edges per new node.
+
+    Hub blocks get many more connections than leaves (a power-law degree distribution).
+    """
+    n, m = _check_positive("n", n), _check_positive("m", m)
+    if m >= n:
+        raise ValueError(f"barabasi_albert needs m < n, got m={m}, n={n}")
+    return _graph_layout(nx.barabasi_albert_graph(n, m, seed=seed), n)
+
+
+def watts_strogatz(n: int, k: int, p: float, *, seed: int) -> np.ndarray:
+    """Small-world layout (n x n): a ring of n blocks each linked to its k nearest neighbours,
+    each link rewired with probability p."""
+    n, k = _check_positive("n", n), _check_positive("k", k)
+    if k >= n:
+        raise ValueError(f"watts_strogatz needs k < n, got k={k}, n={n}")
+    if not 0.0 <= float(p) <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p!r}")
+    return _graph_layout(nx.watts_strogatz_graph(n, k, float(p), seed=seed), n)
+
+
+def block_diagonal(num_groups: int, group_rows: int, group_cols: int | None = None) -> np.ndarray:
+    """``num_groups`` dense groups of (group_rows x group_cols) blocks on the diagonal, as in a
+    grouped linear layer. Shape (num_groups * group_rows, num_groups * group_cols)."""
+    num_groups = _check_positive("num_groups", num_groups)
+    group_rows = _check_positive("group_rows", group_rows)
+    group_cols = group_rows if group_cols is None else _check_positive("group_cols", group_cols)
+    return np.kron(np.eye(num_groups, dtype=bool), np.ones((group_rows, group_cols), dtype=bool))
+
+
+def magnitude_prune(weights, block_size: int, density: float) -> np.ndarray:
+    """Layout that keeps the ``max(1, round(density * blocks))`` blocks of largest L2 norm in a
+    dense (C, K) matrix (ties broken by position). Use with ``BlockSparseMatMul.from_dense``."""
+    from jbs._src.validation import check_block_size  # noqa: PLC0415
+
+    block_size = check_block_size(block_size)
+    weights = np.asarray(weights)
+    if weights.ndim != 2 or weights.shape[0] % block_size or weights.shape[1] % block_size:
+        raise ValueError(f"weights must be a 2-D (C, K) matrix with C and K multiples of "
+                         f"block_size={block_size}; got shape {weights.shape}")
+    cb, kb = weights.shape[0] // block_size, weights.shape[1] // block_size
+    blocks = weights.astype(np.float64).reshape(cb, block_size, kb, block_size)
+    norms = np.sqrt(np.square(blocks).sum(axis=(1, 3))).ravel()
+    count = max(1, round(_check_density(density) * norms.size))
+    keep = np.argsort(-norms, kind="stable")[:count]
+    layout = np.zeros(norms.size, dtype=bool)
+    layout[keep] = True
+    return layout.reshape(cb, kb)

@@ -1,0 +1,66 @@
+"""Shared test helpers: layouts with the awkward features, float64 references, error bounds."""
+
+import numpy as np
+import jax.numpy as jnp
+
+import jbs
+
+ON_GPU = None
+
+
+def on_gpu() -> bool:
+    global ON_GPU
+    if ON_GPU is None:
+        info = jbs.backend_info()
+        ON_GPU = info.gpu_present and info.cuda_kernels
+    return ON_GPU
+
+
+def awkward_layout(rng, rows, cols, density=0.4):
+    """Random layout that always has an empty block row and an empty block column (when there
+    are at least two of each) and at least one block."""
+    layout = rng.random((rows, cols)) < density
+    if rows > 1:
+        layout[rng.integers(rows), :] = False
+    if cols > 1:
+        layout[:, rng.integers(cols)] = False
+    if not layout.any():
+        r = rng.integers(rows)
+        c = rng.integers(cols)
+        layout[r, c] = True
+    return layout
+
+
+def random_array(rng, shape, dtype):
+    """Random normal data rounded to dtype (never zeros)."""
+    return jnp.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+
+
+def f64(a):
+    return np.asarray(jnp.asarray(a, jnp.float32), dtype=np.float64)
+
+
+def dense_f64(bsmm, w):
+    """The dense (C, K) float64 matrix of packed weights (rounded to their dtype first)."""
+    return f64(bsmm.to_dense(jnp.asarray(w, jnp.float32)))
+
+
+def tolerance(dtype, precision=None) -> float:
+    """Relative error bound ||out - ref|| / ||ref|| (METHOD.md): fp32 far under 1e-3, TF32 near
+    3e-4, bf16 1e-3..1e-2; fp16 has 3 more mantissa bits than bf16."""
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.bfloat16:
+        return 1.5e-2
+    if dtype == jnp.float16:
+        return 3e-3
+    if on_gpu() and precision not in ("highest",):
+        return 2e-3
+    return 2e-5
+
+
+def rel_error(out, ref) -> float:
+    out = f64(out)
+    ref = np.asarray(ref, np.float64)
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    assert np.isfinite(out).all(), "output holds NaN or Inf"
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))

@@ -1,0 +1,108 @@
+"""Bad input raises a ValueError/TypeError naming what was received and what was expected."""
+
+import numpy as np
+import pytest
+import jax.numpy as jnp
+
+import jbs
+
+LAYOUT = np.array([[1, 0, 1], [0, 1, 0]], bool)
+
+
+@pytest.fixture
+def bsmm():
+    return jbs.BlockSparseMatMul(LAYOUT, 8)
+
+
+def test_wrong_feature_size(bsmm):
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 16\).*got \(4, 17\)"):
+        bsmm(jnp.ones((4, 17)), jnp.ones(bsmm.w_shape))
+
+
+def test_scalar_input(bsmm):
+    with pytest.raises(ValueError, match=r"x must have shape"):
+        bsmm(jnp.float32(1.0), jnp.ones(bsmm.w_shape))
+
+
+def test_wrong_w_shape(bsmm):
+    with pytest.raises(ValueError, match=r"w must have shape w_shape=\(3, 8, 8\); got \(3, 8, 16\)"):
+        bsmm(jnp.ones((4, 16)), jnp.ones((3, 8, 16)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.int8, jnp.bool_, jnp.complex64])
+def test_non_float_x(bsmm, dtype):
+    with pytest.raises(TypeError, match=r"x must have dtype .*got"):
+        bsmm(jnp.ones((4, 16), dtype), jnp.ones(bsmm.w_shape))
+
+
+def test_integer_w(bsmm):
+    with pytest.raises(TypeError, match=r"w must be a floating-point array, got dtype int32"):
+        bsmm(jnp.ones((4, 16)), jnp.ones(bsmm.w_shape, jnp.int32))
+
+
+@pytest.mark.parametrize("layout", [np.ones(4, bool), np.ones((2, 2, 2), bool), np.bool_(True)])
+def test_layout_not_2d(layout):
+    with pytest.raises(ValueError, match=r"layout must be a 2-D array.*got shape"):
+        jbs.BlockSparseMatMul(layout, 8)
+
+
+def test_layout_values_not_0_1():
+    with pytest.raises(ValueError, match=r"layout must hold only 0 and 1, got values such as \[2\]"):
+        jbs.BlockSparseMatMul(np.array([[1, 2]]), 8)
+
+
+def test_layout_of_strings():
+    with pytest.raises(TypeError, match=r"layout must hold 0/1 or bool values"):
+        jbs.BlockSparseMatMul(np.array([["a", "b"]]), 8)
+
+
+def test_all_zero_layout():
+    with pytest.raises(ValueError, match=r"layout of shape \(2, 3\) has no nonzero block"):
+        jbs.BlockSparseMatMul(np.zeros((2, 3), bool), 8)
+
+
+@pytest.mark.parametrize("bs", [0, 4, 12, 128, -8])
+def test_block_size_out_of_range(bs):
+    with pytest.raises(ValueError, match=rf"block_size must be one of \(8, 16, 32, 64\), got {bs}"):
+        jbs.BlockSparseMatMul(LAYOUT, bs)
+
+
+@pytest.mark.parametrize("bs", [32.0, "32", True, None])
+def test_block_size_wrong_type(bs):
+    with pytest.raises(TypeError, match=r"block_size must be an int"):
+        jbs.BlockSparseMatMul(LAYOUT, bs)
+
+
+def test_bad_precision():
+    with pytest.raises(ValueError, match=r"precision must be"):
+        jbs.BlockSparseMatMul(LAYOUT, 8, precision="ultra")
+
+
+def test_to_dense_and_from_dense_shapes(bsmm):
+    with pytest.raises(ValueError, match=r"w must have shape \(\.\.\., 3, 8, 8\); got \(2, 8, 8\)"):
+        bsmm.to_dense(jnp.ones((2, 8, 8)))
+    with pytest.raises(ValueError, match=r"dense must have shape \(\.\.\., 16, 24\); got \(16, 16\)"):
+        bsmm.from_dense(jnp.ones((16, 16)))
+
+
+def test_layout_generators_validate():
+    with pytest.raises(ValueError, match="density must be in"):
+        jbs.layouts.random(4, 4, 0.0, seed=0)
+    with pytest.raises(ValueError, match="m < n"):
+        jbs.layouts.barabasi_albert(3, 3, seed=0)
+    with pytest.raises(ValueError, match="k < n"):
+        jbs.layouts.watts_strogatz(4, 4, 0.1, seed=0)
+    with pytest.raises(ValueError, match="p must be in"):
+        jbs.layouts.watts_strogatz(8, 2, 1.5, seed=0)
+    with pytest.raises(ValueError, match="rows must be a positive int"):
+        jbs.layouts.random(0, 4, 0.5, seed=0)
+    with pytest.raises(ValueError, match=r"multiples of block_size=8; got shape \(12, 16\)"):
+        jbs.layouts.magnitude_prune(np.ones((12, 16)), 8, 0.5)
+
+
+def test_initializer_shape_checked():
+    init = jbs.initializers.lecun_normal(LAYOUT, 8)
+    with pytest.raises(ValueError, match=r"packed weight shape \(3, 8, 8\); got \(3, 8\)"):
+        init(None, (3, 8))
+    with pytest.raises(ValueError, match="diagonal blocks"):
+        jbs.initializers.identity(np.array([[0, 1], [1, 1]]), 8)

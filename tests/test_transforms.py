@@ -1,0 +1,158 @@
+"""jit, grad, jvp, vmap (any axis, x / w / both, nested), grad of grad and checkpoint.
+
+Each transform of the block-sparse op is compared with the same transform of its dense twin,
+``x @ to_dense(w)`` at float32 HIGHEST precision, on fresh random data."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+
+import jbs
+from jbs._src.primitives import bsmm_dw_p, bsmm_dx_p, bsmm_fwd_p
+from helpers import awkward_layout, dense_f64, f64, random_array, rel_error
+
+TOL = 2e-5
+
+
+def make(rng, rows=4, cols=3, bs=8):
+    bsmm = jbs.BlockSparseMatMul(awkward_layout(rng, rows, cols), bs, precision="highest")
+    dense = lambda x, w: jnp.matmul(x, bsmm.to_dense(w), precision=jax.lax.Precision.HIGHEST)
+    return bsmm, dense
+
+
+def close(a, b, tol=TOL):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        assert rel_error(u, f64(v)) < tol
+
+
+def loss(op):
+    return lambda x, w, g: jnp.sum(jnp.sin(op(x, w)) * g)
+
+
+def test_grad_both_arguments_against_float64(rng):
+    bsmm, _ = make(rng)
+    x = random_array(rng, (6, 32), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    g = random_array(rng, (6, 24), jnp.float32)
+    dx, dw = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w) * g), argnums=(0, 1)))(x, w)
+    W = dense_f64(bsmm, w)
+    assert rel_error(dx, f64(g) @ W.T) < TOL
+    assert rel_error(dw, bsmm.from_dense(f64(x).T @ f64(g))) < TOL
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_grad_low_precision_dtypes(rng, dtype):
+    bsmm, _ = make(rng)
+    x = random_array(rng, (6, 32), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (6, 24), dtype)
+    dx, dw = jax.grad(lambda x, w: jnp.sum(bsmm(x, w) * g).astype(jnp.float32), argnums=(0, 1))(x, w)
+    assert dx.dtype == dtype and dw.dtype == dtype
+    W = dense_f64(bsmm, w)
+    assert rel_error(dx, f64(g) @ W.T) < 1.5e-2
+    assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < 1.5e-2
+
+
+def test_jvp(rng):
+    bsmm, dense = make(rng)
+    x, tx = (random_array(rng, (5, 32), jnp.float32) for _ in range(2))
+    w, tw = (random_array(rng, bsmm.w_shape, jnp.float32) for _ in range(2))
+    close(jax.jit(lambda *a: jax.jvp(bsmm, a[:2], a[2:]))(x, w, tx, tw),
+          jax.jvp(dense, (x, w), (tx, tw)))
+    close(jax.jvp(lambda x: bsmm(x, w), (x,), (tx,)), jax.jvp(lambda x: dense(x, w), (x,), (tx,)))
+
+
+def test_grad_of_grad(rng):
+    bsmm, dense = make(rng)
+    x = random_array(rng, (5, 32), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    g = random_array(rng, (5, 24), jnp.float32)
+
+    def second(op):
+        inner = jax.grad(loss(op), argnums=(0, 1))
+        return jax.grad(lambda x, w: sum(jnp.sum(jnp.cos(t)) for t in inner(x, w, g)), argnums=(0, 1))
+
+    close(jax.jit(second(bsmm))(x, w), second(dense)(x, w))
+    # Third order goes through every primitive's transpose again.
+    hvp = lambda op: jax.jvp(lambda w: jax.grad(loss(op), argnums=1)(x, w, g), (w,), (w,))[1]
+    close(hvp(bsmm), hvp(dense))
+
+
+def test_checkpoint(rng):
+    bsmm, dense = make(rng)
+    x = random_array(rng, (5, 32), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    g = random_array(rng, (5, 24), jnp.float32)
+    grad = lambda op: jax.jit(jax.grad(jax.checkpoint(loss(op)), argnums=(0, 1)))(x, w, g)
+    close(grad(bsmm), grad(dense))
+
+
+@pytest.mark.parametrize("x_axis,w_axis", [(0, None), (1, None), (2, None), (None, 0), (None, 1),
+                                           (None, 3), (0, 0), (1, 2), (2, 0)])
+def test_vmap_any_axis(rng, x_axis, w_axis):
+    bsmm, dense = make(rng)
+    batch = 3
+    x_shape = [4, 2, 32]
+    if x_axis is not None:
+        x_shape.insert(x_axis, batch)
+    w_shape = list(bsmm.w_shape)
+    if w_axis is not None:
+        w_shape.insert(w_axis, batch)
+    x = random_array(rng, tuple(x_shape), jnp.float32)
+    w = random_array(rng, tuple(w_shape), jnp.float32)
+    close(jax.jit(jax.vmap(bsmm, in_axes=(x_axis, w_axis)))(x, w),
+          jax.vmap(dense, in_axes=(x_axis, w_axis))(x, w))
+    g = random_array(rng, jax.vmap(dense, in_axes=(x_axis, w_axis))(x, w).shape, jnp.float32)
+    per_example = lambda op: jax.vmap(jax.grad(lambda x, w, g: jnp.sum(op(x, w) * g), argnums=(0, 1)),
+                                      in_axes=(x_axis, w_axis, 0))(x, w, g)
+    close(per_example(bsmm), per_example(dense))
+
+
+def test_nested_vmap_and_vmap_of_jvp(rng):
+    bsmm, dense = make(rng)
+    x = random_array(rng, (2, 3, 5, 32), jnp.float32)
+    w = random_array(rng, (3, 2) + bsmm.w_shape, jnp.float32)
+    nest = lambda op: jax.vmap(jax.vmap(op, in_axes=(0, 0)), in_axes=(1, 0))
+    close(nest(bsmm)(x, w), nest(dense)(x, w))
+    tangent = lambda op: jax.vmap(lambda x, w: jax.jvp(op, (x, w), (x, w))[1], in_axes=(None, 0))
+    close(tangent(bsmm)(x[0, 0], w[0]), tangent(dense)(x[0, 0], w[0]))
+
+
+def test_vmap_over_weights_is_one_kernel_call(rng):
+    """Stacked weights with one layout run as one primitive with a group axis, not a loop."""
+    bsmm, _ = make(rng)
+    x = random_array(rng, (5, 32), jnp.float32)
+    w = random_array(rng, (7,) + bsmm.w_shape, jnp.float32)
+    step = jax.vmap(jax.grad(lambda w: jnp.sum(bsmm(x, w) ** 2)))
+    jaxpr = jax.make_jaxpr(step)(w).jaxpr
+    prims = [eqn.primitive for eqn in jaxpr.eqns]
+    assert prims.count(bsmm_fwd_p) == 1 and prims.count(bsmm_dw_p) == 1
+    assert bsmm_dx_p not in prims
+    fwd = next(e for e in jaxpr.eqns if e.primitive is bsmm_fwd_p)
+    assert fwd.outvars[0].aval.shape[0] == 7  # the group axis carries the batch
+
+
+def test_jit_retrace_free_for_same_layout(rng):
+    layout = awkward_layout(rng, 3, 4)
+    x = random_array(rng, (5, 24), jnp.float32)
+    traces = []
+
+    @jax.jit
+    def f(x, w):
+        traces.append(1)
+        return jbs.BlockSparseMatMul(layout, 8)(x, w)
+
+    w = random_array(rng, jbs.BlockSparseMatMul(layout, 8).w_shape, jnp.float32)
+    f(x, w), f(x, w + 1)
+    assert len(traces) == 1
+
+
+def test_op_as_static_argument(rng):
+    bsmm, _ = make(rng)
+    x = random_array(rng, (5, 32), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    apply = jax.jit(lambda op, x, w: op(x, w), static_argnums=0)
+    close(apply(bsmm, x, w), bsmm(x, w))
+    rebuilt = jbs.BlockSparseMatMul(bsmm.layout.copy(), 8, precision="highest")
+    close(apply(rebuilt, x, w), bsmm(x, w))
