@@ -1,0 +1,1 @@
+"""The benchmark command: ``jbs-bench`` or ``python -m jbs.bench``."""

@@ -1,0 +1,109 @@
+"""``jbs-bench`` / ``python -m jbs.bench``: block-sparse matmul against the physical floor and
+the peers (XLA's dense dot, jax.experimental.sparse BCSR, torch's Triton BSR kernels).
+
+On a machine without a GPU it times the reference path at a small size and says that the
+kernel timings need a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import platform
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import jbs
+from jbs.bench import cases as cases_lib
+from jbs.bench import report, timing
+from jbs.bench.runners import RUNNERS
+
+
+def _peers_for(case, full: bool) -> list[str]:
+    peers = ["xla_dense"]
+    if case.op == "forward":
+        peers.append("torch_bsr")
+        if full and case.dtype == "float32" and case.n == 32 and case.density in (1 / 8, 1 / 64):
+            peers.append("jax_bcsr")
+    return peers
+
+
+def _torch_usable() -> bool:
+    try:
+        import torch  # noqa: PLC0415
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="jbs-bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="the full sweep (long) instead of the quick one")
+    parser.add_argument("--ops", default=",".join(cases_lib.OPS), help="comma list of forward,dx,dw,step")
+    parser.add_argument("--out", default="benchmarks/results", help="folder for JSON, markdown and PNG")
+    parser.add_argument("--no-peers", action="store_true", help="time jbs alone")
+    args = parser.parse_args(argv)
+    ops = tuple(op for op in args.ops.split(",") if op)
+    bad = set(ops) - set(cases_lib.OPS)
+    if bad:
+        parser.error(f"--ops: unknown {sorted(bad)}; expected some of {cases_lib.OPS}")
+
+    info = jbs.backend_info()
+    print(info, flush=True)
+    on_gpu = info.gpu_present and info.cuda_kernels
+    if on_gpu:
+        sweep = cases_lib.full_cases(ops) if args.full else cases_lib.quick_cases(ops)
+    else:
+        print("\nNo GPU kernels here: timing the reference path at a small size. "
+              "Kernel timings need a CUDA GPU.\n", flush=True)
+        sweep = cases_lib.cpu_cases(ops)
+
+    copy_bw = timing.measure_copy_bandwidth(2**30 if on_gpu else 2**26)
+    dense_size = 8192 if on_gpu else 1024
+    rates = {dt: timing.measure_dense_rate(jnp.dtype(dt), dense_size) for dt in {c.dtype for c in sweep}}
+    print(f"copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write); dense matmul "
+          + ", ".join(f"{dt} {r / 1e12:.1f} TFLOP/s" for dt, r in rates.items()), flush=True)
+
+    use_torch = on_gpu and not args.no_peers and _torch_usable()
+    records = []
+    started = time.time()
+    for index, case in enumerate(sweep, 1):
+        floor = case.floor_us(copy_bw, rates[case.dtype])
+        impls = ["jbs"] + ([] if args.no_peers else _peers_for(case, args.full))
+        for impl in impls:
+            if impl == "torch_bsr" and not use_torch:
+                continue
+            try:
+                us = RUNNERS[impl](case)
+            except Exception as error:  # noqa: BLE001 - a failing peer must not stop the sweep
+                print(f"  {impl} failed on {case}: {type(error).__name__}: {error}"[:300], flush=True)
+                continue
+            records.append({**case.__dict__, "impl": impl, "us": us, "floor_us": floor,
+                            "bytes": case.bytes(), "flops": case.flops(),
+                            "tflops": case.flops() / us * 1e-6})
+        elapsed = time.time() - started
+        print(f"[{index}/{len(sweep)} {elapsed:5.0f}s] {case.op} {case.dtype} n={case.n} "
+              f"bs={case.block_size} density={case.density:.4g}", flush=True)
+
+    meta = {"device": str(jax.devices()[0].device_kind), "date": datetime.date.today().isoformat(),
+            "command": " ".join(["jbs-bench"] + (argv if argv is not None else sys.argv[1:])),
+            "jax": jax.__version__, "python": platform.python_version(), "gpu_kernels": on_gpu,
+            "copy_bytes_per_s": copy_bw, "dense_flops_per_s": rates}
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "matmul_gpu" if on_gpu else "matmul_cpu_reference"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    table = report.markdown(meta, records)
+    (out / f"{stem}.md").write_text(table)
+    report.plot(records, out / f"{stem}.png")
+    print("\n" + table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

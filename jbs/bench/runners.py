@@ -1,0 +1,103 @@
+"""One runner per implementation: builds its inputs for a Case and returns microseconds per op.
+
+Every runner rotates input sets beyond L2 (timing.rotation) and times a chain, never one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+import jbs
+from jbs.bench import timing
+from jbs.bench.cases import Case
+
+
+def _layout(case: Case) -> np.ndarray:
+    return jbs.layouts.random(case.c // case.block_size, case.k // case.block_size, case.density, seed=0)
+
+
+def _data(key, shape, dtype):
+    return jax.random.normal(key, shape, jnp.float32).astype(dtype)
+
+
+def _sets(case: Case, make_set):
+    count = timing.rotation(case.bytes())
+    return [make_set(jax.random.key(i)) for i in range(count)]
+
+
+def _apply(op: str, forward):
+    """The op of a Case from a forward function f(x, w), through JAX autodiff."""
+    if op == "forward":
+        return lambda x, w, g: forward(x, w)
+    if op == "dx":
+        return lambda x, w, g: jax.vjp(lambda x: forward(x, w), x)[1](g)[0]
+    if op == "dw":
+        return lambda x, w, g: jax.vjp(lambda w: forward(x, w), w)[1](g)[0]
+    return lambda x, w, g: (lambda out, pull: (out,) + pull(g))(*jax.vjp(forward, x, w))
+
+
+def run_jbs(case: Case) -> float:
+    bsmm = jbs.BlockSparseMatMul(_layout(case), case.block_size)
+    dt = jnp.dtype(case.dtype)
+
+    def make(key):
+        kx, kw, kg = jax.random.split(key, 3)
+        return (_data(kx, (case.n, case.c), dt), _data(kw, bsmm.w_shape, dt), _data(kg, (case.n, case.k), dt))
+
+    return timing.time_chain(_apply(case.op, bsmm), _sets(case, make))
+
+
+def run_dense(case: Case) -> float:
+    """XLA's dense dot (cuBLAS) on the full (C, K) matrix: what block sparsity replaces."""
+    dt = jnp.dtype(case.dtype)
+
+    def make(key):
+        kx, kw, kg = jax.random.split(key, 3)
+        return (_data(kx, (case.n, case.c), dt), _data(kw, (case.c, case.k), dt), _data(kg, (case.n, case.k), dt))
+
+    dense_case = Case(case.op, case.dtype, case.n, case.c, case.k, case.block_size, 1.0)
+    return timing.time_chain(_apply(case.op, jnp.matmul), _sets(dense_case, make))
+
+
+def run_bcsr(case: Case) -> float:
+    """jax.experimental.sparse BCSR (cuSPARSE on GPU), forward only."""
+    from jax.experimental import sparse  # noqa: PLC0415
+
+    if case.op != "forward":
+        raise NotImplementedError("BCSR peer times the forward op only")
+    bsmm = jbs.BlockSparseMatMul(_layout(case), case.block_size)
+    dt = jnp.dtype(case.dtype)
+
+    def make(key):
+        kx, kw = jax.random.split(key)
+        w_t = bsmm.to_dense(_data(kw, bsmm.w_shape, dt)).T
+        return (_data(kx, (case.n, case.c), dt), sparse.BCSR.fromdense(w_t, nse=bsmm.nnz * case.block_size**2))
+
+    return timing.time_chain(lambda x, w_t: (w_t @ x.T).T, _sets(case, make), calls=5)
+
+
+def run_torch_bsr(case: Case) -> float:
+    """torch's Triton BSR kernel (bsr_dense_mm), forward only: y.T = W.T @ x.T."""
+    import torch  # noqa: PLC0415
+    from torch.sparse._triton_ops import bsr_dense_mm  # noqa: PLC0415
+
+    if case.op != "forward":
+        raise NotImplementedError("torch BSR peer times the forward op only")
+    layout = torch.from_numpy(_layout(case)).cuda()
+    bs = case.block_size
+    dt = getattr(torch, case.dtype)
+    mask = layout.repeat_interleave(bs, 0).repeat_interleave(bs, 1)
+
+    def make(seed):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        w = torch.randn(case.c, case.k, device="cuda", generator=gen, dtype=dt) * mask
+        x_t = torch.randn(case.c, case.n, device="cuda", generator=gen, dtype=dt)
+        return (w.t().contiguous().to_sparse_bsr((bs, bs)), x_t)
+
+    sets = [make(i) for i in range(timing.rotation(case.bytes()))]
+    return timing.time_torch_graph(bsr_dense_mm, sets)
+
+
+RUNNERS = {"jbs": run_jbs, "xla_dense": run_dense, "jax_bcsr": run_bcsr, "torch_bsr": run_torch_bsr}

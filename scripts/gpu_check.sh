@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On the GPU machine (no network; jax, nanobind, scikit-build-core, cmake, nvcc preinstalled):
+# build jbs against the installed jax, run the whole test suite with the CUDA path active, and
+# optionally the benchmark. Logs go to $OUT (or ./gpu_out). Usage:
+#   scripts/gpu_check.sh [--tests PYTEST_ARGS] [--bench "JBS_BENCH_ARGS"] [--sanitize]
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$repo/gpu_out}
+mkdir -p "$out"
+tests_args="-q -x"
+bench_args=""
+run_bench=0
+run_sanitize=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tests) tests_args="$2"; shift 2;;
+    --bench) run_bench=1; bench_args="$2"; shift 2;;
+    --sanitize) run_sanitize=1; shift;;
+    *) echo "unknown argument $1" >&2; exit 2;;
+  esac
+done
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$out/gpu.txt"
+
+echo "== build"
+start=$(date +%s)
+cd "$repo"
+JBS_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL=16 CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90a-real" \
+  python3 -m pip install --no-build-isolation --no-deps -q . > "$out/build.log" 2>&1 \
+  || { tail -60 "$out/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "built in $(( $(date +%s) - start ))s"
+cd /tmp  # import the installed jbs, not the source tree
+python3 -c "import jbs; print(jbs.backend_info())" | tee -a "$out/gpu.txt"
+
+echo "== tests"
+(cd "$repo" && python3 -P -m pytest $tests_args -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -40)
+test_rc=${PIPESTATUS[0]}
+
+if [ $run_sanitize = 1 ]; then
+  echo "== compute-sanitizer"
+  for tool in memcheck racecheck; do
+    (cd "$repo" && compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
+      python3 -P scripts/sanitize_sweep.py > "$out/sanitize_$tool.log" 2>&1); echo "$tool rc=$?"
+    tail -5 "$out/sanitize_$tool.log"
+  done
+fi
+
+if [ $run_bench = 1 ]; then
+  echo "== bench"
+  (cd /tmp && python3 -m jbs.bench --out "$out" $bench_args 2>&1 | tee "$out/bench.log" | tail -80)
+fi
+echo "tests rc=$test_rc"
+exit $test_rc

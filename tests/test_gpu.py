@@ -1,0 +1,96 @@
+"""CUDA kernels: the custom calls are really used, and they match float64 on awkward inputs.
+
+The rest of the suite also runs on the GPU machine, through the same kernels; this file adds
+what only matters there: the HLO check, sizes past 2**31 elements, heavy columns, determinism."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+
+import jbs
+from helpers import awkward_layout, dense_f64, f64, random_array, rel_error, tolerance
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
+
+
+def test_custom_calls_are_in_the_compiled_hlo(rng):
+    bsmm = jbs.BlockSparseMatMul(awkward_layout(rng, 4, 3), 16)
+    x = random_array(rng, (8, 64), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    step = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w).astype(jnp.float32) ** 2), argnums=(0, 1)))
+    hlo = step.lower(x, w).compile().as_text()
+    for target in ("jbs_bsmm_fwd", "jbs_bsmm_dx", "jbs_bsmm_dw"):
+        assert target in hlo, f"{target} missing from the compiled HLO"
+
+
+def heavy_column_layout(rng, rows, cols):
+    """Power-law-like: one column holds ~20x the average blocks; empty rows and columns."""
+    layout = awkward_layout(rng, rows, cols, density=0.05)
+    layout[:, 1] = True
+    layout[rng.integers(rows), :] = False
+    layout[:, 0] = False
+    return layout
+
+
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 13, 300, 2049])
+def test_all_three_ops_against_float64(rng, bs, dtype, n):
+    layout = heavy_column_layout(rng, 24, 9)
+    for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
+        bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
+        x = random_array(rng, (n, bsmm.shape[0]), dtype)
+        w = random_array(rng, bsmm.w_shape, dtype)
+        g = random_array(rng, (n, bsmm.shape[1]), dtype)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
+        dx, dw = jax.jit(pullback)(g)
+        W = dense_f64(bsmm, w)
+        tol = tolerance(dtype, precision)
+        assert rel_error(y, f64(x) @ W) < tol
+        assert rel_error(dx, f64(g) @ W.T) < tol
+        assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tol
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_weights_vmap(rng, dtype):
+    bsmm = jbs.BlockSparseMatMul(awkward_layout(rng, 6, 5), 32)
+    x = random_array(rng, (3, 40, bsmm.shape[0]), dtype)
+    w = random_array(rng, (3,) + bsmm.w_shape, dtype)
+    y = jax.jit(jax.vmap(bsmm))(x, w)
+    for b in range(3):
+        assert rel_error(y[b], f64(x[b]) @ dense_f64(bsmm, w[b])) < tolerance(dtype)
+
+
+def test_bitwise_deterministic(rng):
+    layout = heavy_column_layout(rng, 48, 40)
+    bsmm = jbs.BlockSparseMatMul(layout, 32)
+    x = random_array(rng, (777, bsmm.shape[0]), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    step = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w).astype(jnp.float32) ** 2), argnums=(0, 1)))
+    first = step(x, w)
+    for _ in range(3):
+        again = step(x, w)
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_indexing_past_2_pow_31_elements(rng):
+    """x and y hold more than 2**31 elements: 64-bit offsets must reach the last rows."""
+    layout = np.zeros((16, 16), bool)
+    layout[rng.integers(16, size=12), rng.integers(16, size=12)] = True
+    bsmm = jbs.BlockSparseMatMul(layout, 64)  # C = K = 1024
+    n = 2**31 // 1024 + 1500
+    key = jax.random.key(int(rng.integers(1000)))
+    x = jax.random.normal(key, (n, 1024), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    y = jax.jit(bsmm)(x, w)
+    tail = slice(n - 700, n)
+    ref = f64(x[tail]) @ dense_f64(bsmm, w)
+    assert rel_error(y[tail], ref) < tolerance(jnp.bfloat16)
+    dw = jax.jit(lambda x, g: jax.vjp(bsmm, x, w)[1](g)[1])(x, y)
+    dense_dw = jax.jit(lambda x, g: bsmm.from_dense(jnp.matmul(
+        x.T, g, preferred_element_type=jnp.float32, precision=jax.lax.Precision.HIGHEST)))(x, y)
+    assert rel_error(dw, f64(dense_dw)) < tolerance(jnp.bfloat16)

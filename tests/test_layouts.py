@@ -1,0 +1,121 @@
+"""Layout generators, lookup tables and initialisers."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+from hypothesis import given, settings, strategies as st
+
+import jbs
+from jbs._src.tables import build_tables
+from helpers import awkward_layout, dense_f64, f64, random_array, rel_error
+
+
+def test_random_density_and_seed():
+    a = jbs.layouts.random(40, 30, 0.1, seed=1)
+    assert a.shape == (40, 30) and a.dtype == bool and a.sum() == 120
+    np.testing.assert_array_equal(a, jbs.layouts.random(40, 30, 0.1, seed=1))
+    assert (a != jbs.layouts.random(40, 30, 0.1, seed=2)).any()
+    assert jbs.layouts.random(5, 5, 1e-6, seed=0).sum() == 1
+
+
+@pytest.mark.parametrize("make", [lambda s: jbs.layouts.barabasi_albert(60, 2, seed=s),
+                                  lambda s: jbs.layouts.watts_strogatz(60, 4, 0.2, seed=s)])
+def test_small_world_layouts(make):
+    layout = make(3)
+    assert layout.shape == (60, 60) and layout.dtype == bool
+    assert (layout == layout.T).all() and layout.diagonal().all()
+    np.testing.assert_array_equal(layout, make(3))
+    assert (layout != make(4)).any()
+    assert 0 < layout.mean() < 0.2
+
+
+def test_barabasi_albert_is_power_law():
+    degrees = jbs.layouts.barabasi_albert(500, 2, seed=0).sum(axis=0)
+    assert degrees.max() > 8 * np.median(degrees)
+
+
+def test_block_diagonal():
+    layout = jbs.layouts.block_diagonal(3, 2, 1)
+    assert layout.shape == (6, 3)
+    np.testing.assert_array_equal(layout[:, 0], [1, 1, 0, 0, 0, 0])
+    assert jbs.layouts.block_diagonal(4, 2).sum() == 16
+
+
+def test_magnitude_prune_keeps_largest_blocks(rng):
+    dense = rng.standard_normal((32, 48)) * 0.01
+    dense[8:16, 16:24] += 5.0
+    dense[24:32, 0:8] += 3.0
+    layout = jbs.layouts.magnitude_prune(dense, 8, density=2 / 24)
+    assert layout.sum() == 2 and layout[1, 2] and layout[3, 0]
+    bsmm = jbs.BlockSparseMatMul(layout, 8)
+    kept = np.asarray(bsmm.to_dense(bsmm.from_dense(dense.astype(np.float32))))
+    np.testing.assert_allclose(kept[8:16, 16:24], dense[8:16, 16:24], rtol=1e-6)
+
+
+def test_tables_describe_the_layout(rng):
+    layout = awkward_layout(rng, 7, 5)
+    t = build_tables(layout)
+    rows, cols = np.nonzero(layout)
+    assert all(a.dtype == np.int32 for a in t)
+    for o in range(5):
+        items = t.fwd_items[t.fwd_offsets[o]:t.fwd_offsets[o + 1]]
+        assert sorted(items[:, 0]) == list(np.flatnonzero(cols == o))
+        np.testing.assert_array_equal(rows[items[:, 0]], items[:, 1])
+    for r in range(7):
+        items = t.dx_items[t.dx_offsets[r]:t.dx_offsets[r + 1]]
+        np.testing.assert_array_equal(cols[items[:, 0]], items[:, 1])
+        assert (rows[items[:, 0]] == r).all()
+    np.testing.assert_array_equal(t.dw_items, np.stack([rows, cols], 1))
+
+
+@pytest.mark.parametrize("density", [1.0, 0.25, 0.05])
+def test_variance_scaling_init_gives_unit_variance_outputs(rng, density):
+    layout = jbs.layouts.random(32, 32, density, seed=int(rng.integers(100)))
+    bsmm = jbs.BlockSparseMatMul(layout, 16)
+    w = jbs.initializers.lecun_normal(layout, 16)(jax.random.key(int(rng.integers(100))), bsmm.w_shape)
+    x = random_array(rng, (256, bsmm.shape[0]), jnp.float32)
+    y = np.asarray(bsmm(x, w))
+    live = np.repeat(layout.any(axis=0), 16)
+    assert 0.8 < y[:, live].var() < 1.2
+
+
+def test_variance_scaling_follows_each_columns_fan_in():
+    layout = jbs.layouts.barabasi_albert(64, 1, seed=0)
+    bsmm = jbs.BlockSparseMatMul(layout, 8)
+    w = np.asarray(jbs.initializers.variance_scaling(layout, 8, distribution="normal")(
+        jax.random.key(0), bsmm.w_shape))
+    dense = np.asarray(bsmm.to_dense(w))
+    hub = int(np.argmax(layout.sum(axis=0)))
+    leaf = int(np.argmin(layout.sum(axis=0)))
+    var = lambda k: dense[np.repeat(layout[:, k], 8), k * 8:(k + 1) * 8].var()
+    fan = lambda k: layout[:, k].sum() * 8
+    assert var(hub) * fan(hub) == pytest.approx(1.0, rel=0.25)
+    assert var(leaf) * fan(leaf) == pytest.approx(1.0, rel=0.6)
+    assert var(leaf) > 3 * var(hub)
+
+
+def test_identity_init(rng):
+    layout = jbs.layouts.watts_strogatz(6, 2, 0.3, seed=0)
+    bsmm = jbs.BlockSparseMatMul(layout, 8)
+    w = jbs.initializers.identity(layout, 8, scale=0.5)(None, bsmm.w_shape, jnp.bfloat16)
+    assert w.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(bsmm.to_dense(w), 0.5 * np.eye(48))
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 6), cols=st.integers(1, 6), n=st.integers(1, 9),
+       bs=st.sampled_from([8, 16]), seed=st.integers(0, 2**31), density=st.floats(0.05, 1.0))
+def test_property_forward_and_grads_match_dense(rows, cols, n, bs, seed, density):
+    rng = np.random.default_rng(seed)
+    layout = awkward_layout(rng, rows, cols, density)
+    bsmm = jbs.BlockSparseMatMul(layout, bs, precision="highest")
+    x = random_array(rng, (n, rows * bs), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    g = random_array(rng, (n, cols * bs), jnp.float32)
+    y, pullback = jax.vjp(bsmm, x, w)
+    dx, dw = pullback(g)
+    W = dense_f64(bsmm, w)
+    assert rel_error(y, f64(x) @ W) < 2e-5
+    assert rel_error(dx, f64(g) @ W.T) < 2e-5
+    assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < 2e-5
