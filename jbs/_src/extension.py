@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 
 import jax
@@ -47,10 +48,13 @@ def load() -> tuple[object | None, str, str | None]:
     """Imports and registers the extension once: (module or None, reason, built-against)."""
     if os.environ.get("JBS_DISABLE_CUDA", "") not in ("", "0"):
         return None, "disabled by JBS_DISABLE_CUDA", None
+    if importlib.util.find_spec("jbs._jbs_cuda") is None:
+        return None, ("the CUDA extension is not installed (jbs was built without nvcc or with "
+                      "JBS_CUDA=OFF, or is imported from a source tree that was never built)"), None
     try:
         from jbs import _jbs_cuda  # noqa: PLC0415 - optional compiled module
     except ImportError as error:
-        return None, f"the CUDA extension is not installed ({error})", None
+        return None, f"the CUDA extension failed to load: {error}", None
     built = _jbs_cuda.built_against_jax()
     if built != jaxlib.__version__:
         return None, (f"the CUDA extension was built against jaxlib {built} but jaxlib "

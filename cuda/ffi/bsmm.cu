@@ -1,0 +1,330 @@
+// XLA FFI handlers for the block-sparse matmul kernels:
+//   jbs_bsmm_fwd  y  = x  @ W      (segments over output block columns of W)
+//   jbs_bsmm_dx   dx = dy @ W^T    (segments over block rows of W)
+//   jbs_bsmm_dw   dw[i] = x[:, c_i]^T @ dy[:, k_i] for each nonzero block i
+// The handlers validate shapes/dtypes/attributes on the host (metadata only),
+// then enqueue one kernel on XLA's stream: no synchronisation, no allocation,
+// no host<->device copies, so they are safe to capture in CUDA graphs.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "common/dispatch.cuh"
+#include "ffi/ffi_util.h"
+#include "ffi/handlers.h"
+#include "matmul/bsmm.h"
+#include "ffi/xla_ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jbs {
+namespace {
+
+constexpr int64_t kMaxGridX = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxGroups = 65535;  // gridDim.y limit
+
+using std::to_string;
+
+// Checks dtype and rank of a data operand (x, w, dy or a result).
+ffi::Error check_data(const char* target, const std::string& name, const ffi::AnyBuffer& b,
+                      ffi::DataType dtype, size_t rank, const char* layout) {
+  if (b.element_type() != dtype) {
+    return invalid(target, name + " has dtype " + dtype_name(b.element_type()) + ", expected " +
+                               dtype_name(dtype) +
+                               " (x, w, dy and the result must all have one dtype)");
+  }
+  if (b.dimensions().size() != rank) {
+    return invalid(target, name + " has shape " + shape_str(b.dimensions()) + ", expected rank " +
+                               to_string(rank) + " " + layout);
+  }
+  return ffi::Error::Success();
+}
+
+// Checks an int32 index operand's dtype and rank.
+ffi::Error check_index(const char* target, const std::string& name, const ffi::AnyBuffer& b,
+                       size_t rank, const char* layout) {
+  if (b.element_type() != ffi::DataType::S32) {
+    return invalid(target, name + " has dtype " + dtype_name(b.element_type()) +
+                               ", expected int32 " + layout);
+  }
+  if (b.dimensions().size() != rank) {
+    return invalid(target, name + " has shape " + shape_str(b.dimensions()) + ", expected rank " +
+                               to_string(rank) + " " + layout);
+  }
+  return ffi::Error::Success();
+}
+
+// The group dim of an operand must be 1 (broadcast) or the result's G.
+ffi::Error check_group(const char* target, const std::string& name, const ffi::AnyBuffer& b,
+                       int64_t groups) {
+  const int64_t gb = b.dimensions()[0];
+  if (gb != 1 && gb != groups) {
+    return invalid(target, name + " has shape " + shape_str(b.dimensions()) + ": leading group dim " +
+                               to_string(gb) + " must be 1 or the result's group count " +
+                               to_string(groups));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error check_attrs(const char* target, int32_t block_size, int32_t precision) {
+  if (!is_supported_block_size(block_size)) {
+    return invalid(target, "attribute block_size is " + to_string(block_size) +
+                               ", expected one of 8, 16, 32, 64");
+  }
+  if (precision != 0 && precision != 1) {
+    return invalid(target, "attribute precision is " + to_string(precision) +
+                               ", expected 0 (default) or 1 (highest)");
+  }
+  return ffi::Error::Success();
+}
+
+// First dtype check shared by all targets: the leading data operand decides
+// the dtype every other data operand must match.
+ffi::Error check_supported_dtype(const char* target, const std::string& name,
+                                 const ffi::AnyBuffer& b) {
+  if (!to_dtype(b.element_type())) {
+    return invalid(target, name + " has dtype " + dtype_name(b.element_type()) +
+                               ", expected float32, bfloat16 or float16");
+  }
+  return ffi::Error::Success();
+}
+
+#define JBS_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::xla::ffi::Error jbs_err_ = (expr);       \
+    if (jbs_err_.failure()) return jbs_err_;   \
+  } while (0)
+
+// Shared by fwd (transpose = false: in = x (G,N,C), out = y (G,N,K), segments
+// over K blocks) and dx (transpose = true: in = dy (G,N,K), out = dx (G,N,C),
+// segments over C blocks).
+ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
+                       const ffi::AnyBuffer& in, const ffi::AnyBuffer& w,
+                       const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
+                       ffi::AnyBuffer out, int32_t block_size, int32_t precision) {
+  const std::string in_name = transpose ? "operand dy" : "operand x";
+  const std::string out_name = transpose ? "result dx" : "result y";
+  const char* in_layout = transpose ? "(G or 1, N, K)" : "(G or 1, N, C)";
+  const char* out_layout = transpose ? "(G, N, C)" : "(G, N, K)";
+  const char* out_letter = transpose ? "C" : "K";
+  const char* in_letter = transpose ? "K" : "C";
+
+  JBS_RETURN_IF_ERROR(check_supported_dtype(target, in_name, in));
+  const ffi::DataType dt = in.element_type();
+  JBS_RETURN_IF_ERROR(check_attrs(target, block_size, precision));
+  JBS_RETURN_IF_ERROR(check_data(target, in_name, in, dt, 3, in_layout));
+  JBS_RETURN_IF_ERROR(check_data(target, "operand w", w, dt, 4, "(G or 1, nnz, bs, bs)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand offsets", offsets, 1,
+                                  transpose ? "(C/bs + 1,)" : "(K/bs + 1,)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(nnz, 2)"));
+  JBS_RETURN_IF_ERROR(check_data(target, out_name, out, dt, 3, out_layout));
+
+  const int64_t bs = block_size;
+  const auto od = out.dimensions();
+  const auto id = in.dimensions();
+  const auto wd = w.dimensions();
+  const int64_t groups = od[0];
+  const int64_t rows = od[1];
+  const int64_t out_cols = od[2];
+  const int64_t in_cols = id[2];
+  const int64_t nnz = wd[1];
+
+  JBS_RETURN_IF_ERROR(check_group(target, in_name, in, groups));
+  JBS_RETURN_IF_ERROR(check_group(target, "operand w", w, groups));
+  if (id[1] != rows) {
+    return invalid(target, in_name + " has shape " + shape_str(id) + " but " + out_name +
+                               " has shape " + shape_str(od) + ": the N dims (axis 1) must match");
+  }
+  if (in_cols % bs != 0) {
+    return invalid(target, in_name + " has shape " + shape_str(id) + ": " + in_letter + " = " +
+                               to_string(in_cols) + " is not a multiple of block_size " +
+                               to_string(bs));
+  }
+  if (out_cols % bs != 0) {
+    return invalid(target, out_name + " has shape " + shape_str(od) + ": " + out_letter + " = " +
+                               to_string(out_cols) + " is not a multiple of block_size " +
+                               to_string(bs));
+  }
+  if (wd[2] != bs || wd[3] != bs) {
+    return invalid(target, "operand w has shape " + shape_str(wd) + ", expected (G or 1, nnz, " +
+                               to_string(bs) + ", " + to_string(bs) + ") for block_size " +
+                               to_string(bs));
+  }
+  if (items.dimensions()[0] != nnz || items.dimensions()[1] != 2) {
+    return invalid(target, "operand items has shape " + shape_str(items.dimensions()) +
+                               ", expected (nnz, 2) = (" + to_string(nnz) +
+                               ", 2) with nnz from w " + shape_str(wd));
+  }
+  const int64_t out_blocks = out_cols / bs;
+  if (offsets.dimensions()[0] != out_blocks + 1) {
+    return invalid(target, "operand offsets has shape " + shape_str(offsets.dimensions()) +
+                               ", expected (" + out_letter + "/bs + 1,) = (" +
+                               to_string(out_blocks + 1) + ",) for " + out_name + " " +
+                               shape_str(od));
+  }
+  if (groups > kMaxGroups) {
+    return invalid(target, out_name + " has " + to_string(groups) + " groups, at most " +
+                               to_string(kMaxGroups) + " are supported");
+  }
+  const int64_t row_tiles = (rows + kBsmmMinRowTile - 1) / kBsmmMinRowTile;
+  if (out_blocks > 0 && row_tiles > kMaxGridX / out_blocks) {
+    return invalid(target, out_name + " shape " + shape_str(od) +
+                               " needs more than 2^31-1 thread blocks");
+  }
+  if (groups == 0 || rows == 0 || out_cols == 0) return ffi::Error::Success();
+
+  BsmmBlocksArgs a;
+  a.in = in.untyped_data();
+  a.w = w.untyped_data();
+  a.offsets = static_cast<const int32_t*>(offsets.untyped_data());
+  a.items = static_cast<const int32_t*>(items.untyped_data());
+  a.out = out.untyped_data();
+  a.rows = rows;
+  a.in_cols = in_cols;
+  a.out_cols = out_cols;
+  a.in_group_stride = id[0] == 1 ? 0 : rows * in_cols;
+  a.w_group_stride = wd[0] == 1 ? 0 : nnz * bs * bs;
+  a.out_group_stride = rows * out_cols;
+  a.groups = groups;
+  a.block_size = block_size;
+  a.transpose_w = transpose;
+  a.precise = precision == 1;
+
+  const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_bsmm_blocks<T>(a, stream);
+  });
+  if (err != cudaSuccess) return cuda_failure(target, err);
+  return ffi::Error::Success();
+}
+
+ffi::Error BsmmFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                       ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> y,
+                       int32_t block_size, int32_t precision) {
+  return bsmm_blocks("jbs_bsmm_fwd", /*transpose=*/false, stream, x, w, offsets, items, *y,
+                     block_size, precision);
+}
+
+ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
+                      ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dx,
+                      int32_t block_size, int32_t precision) {
+  return bsmm_blocks("jbs_bsmm_dx", /*transpose=*/true, stream, dy, w, offsets, items, *dx,
+                     block_size, precision);
+}
+
+ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
+                      ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dw_result,
+                      int32_t block_size, int32_t precision) {
+  const char* target = "jbs_bsmm_dw";
+  ffi::AnyBuffer dw = *dw_result;
+  JBS_RETURN_IF_ERROR(check_supported_dtype(target, "operand x", x));
+  const ffi::DataType dt = x.element_type();
+  JBS_RETURN_IF_ERROR(check_attrs(target, block_size, precision));
+  JBS_RETURN_IF_ERROR(check_data(target, "operand x", x, dt, 3, "(G or 1, N, C)"));
+  JBS_RETURN_IF_ERROR(check_data(target, "operand dy", dy, dt, 3, "(G or 1, N, K)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(nnz, 2)"));
+  JBS_RETURN_IF_ERROR(check_data(target, "result dw", dw, dt, 4, "(G, nnz, bs, bs)"));
+
+  const int64_t bs = block_size;
+  const auto xd = x.dimensions();
+  const auto yd = dy.dimensions();
+  const auto wd = dw.dimensions();
+  const int64_t groups = wd[0];
+  const int64_t nnz = wd[1];
+  const int64_t rows = xd[1];
+  JBS_RETURN_IF_ERROR(check_group(target, "operand x", x, groups));
+  JBS_RETURN_IF_ERROR(check_group(target, "operand dy", dy, groups));
+  if (yd[1] != rows) {
+    return invalid(target, "operand x has shape " + shape_str(xd) + " but operand dy has shape " +
+                               shape_str(yd) + ": the N dims (axis 1) must match");
+  }
+  if (xd[2] % bs != 0) {
+    return invalid(target, "operand x has shape " + shape_str(xd) + ": C = " + to_string(xd[2]) +
+                               " is not a multiple of block_size " + to_string(bs));
+  }
+  if (yd[2] % bs != 0) {
+    return invalid(target, "operand dy has shape " + shape_str(yd) + ": K = " + to_string(yd[2]) +
+                               " is not a multiple of block_size " + to_string(bs));
+  }
+  if (wd[2] != bs || wd[3] != bs) {
+    return invalid(target, "result dw has shape " + shape_str(wd) + ", expected (G, nnz, " +
+                               to_string(bs) + ", " + to_string(bs) + ") for block_size " +
+                               to_string(bs));
+  }
+  if (items.dimensions()[0] != nnz || items.dimensions()[1] != 2) {
+    return invalid(target, "operand items has shape " + shape_str(items.dimensions()) +
+                               ", expected (nnz, 2) = (" + to_string(nnz) +
+                               ", 2) with nnz from dw " + shape_str(wd));
+  }
+  if (groups > kMaxGroups) {
+    return invalid(target, "result dw has " + to_string(groups) + " groups, at most " +
+                               to_string(kMaxGroups) + " are supported");
+  }
+  if (nnz > kMaxGridX) {
+    return invalid(target, "result dw has nnz = " + to_string(nnz) + " blocks, at most 2^31-1 are supported");
+  }
+  if (groups == 0 || nnz == 0) return ffi::Error::Success();
+
+  BsmmDwArgs a;
+  a.x = x.untyped_data();
+  a.dy = dy.untyped_data();
+  a.items = static_cast<const int32_t*>(items.untyped_data());
+  a.dw = dw.untyped_data();
+  a.rows = rows;
+  a.x_cols = xd[2];
+  a.dy_cols = yd[2];
+  a.nnz = nnz;
+  a.x_group_stride = xd[0] == 1 ? 0 : rows * xd[2];
+  a.dy_group_stride = yd[0] == 1 ? 0 : rows * yd[2];
+  a.dw_group_stride = nnz * bs * bs;
+  a.groups = groups;
+  a.block_size = block_size;
+  a.precise = precision == 1;
+
+  const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_bsmm_dw<T>(a, stream);
+  });
+  if (err != cudaSuccess) return cuda_failure(target, err);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jbs
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmFwd, jbs::BsmmFwdImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x (G|1, N, C)
+                                  .Arg<ffi::AnyBuffer>()  // w (G|1, nnz, bs, bs)
+                                  .Arg<ffi::AnyBuffer>()  // offsets int32 (K/bs + 1)
+                                  .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
+                                  .Ret<ffi::AnyBuffer>()  // y (G, N, K)
+                                  .Attr<int32_t>("block_size")
+                                  .Attr<int32_t>("precision"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDx, jbs::BsmmDxImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // dy (G|1, N, K)
+                                  .Arg<ffi::AnyBuffer>()  // w (G|1, nnz, bs, bs)
+                                  .Arg<ffi::AnyBuffer>()  // offsets int32 (C/bs + 1)
+                                  .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
+                                  .Ret<ffi::AnyBuffer>()  // dx (G, N, C)
+                                  .Attr<int32_t>("block_size")
+                                  .Attr<int32_t>("precision"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDw, jbs::BsmmDwImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x (G|1, N, C)
+                                  .Arg<ffi::AnyBuffer>()  // dy (G|1, N, K)
+                                  .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
+                                  .Ret<ffi::AnyBuffer>()  // dw (G, nnz, bs, bs)
+                                  .Attr<int32_t>("block_size")
+                                  .Attr<int32_t>("precision"),
+                              {ffi::Traits::kCmdBufferCompatible});

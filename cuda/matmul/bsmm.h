@@ -1,0 +1,71 @@
+// Host interface of the block-sparse matmul kernels (no FFI types here; the FFI
+// handlers in cuda/ffi translate and validate buffers into these structs).
+//
+// Layouts (row-major, "group" leading dim for vmap over stacked weights; a
+// group stride of 0 broadcasts one operand over all groups):
+//   in   (G, rows, in_cols)      x for fwd, dy for dx
+//   w    (G, nnz, bs, bs)        packed nonzero weight blocks
+//   out  (G, rows, out_cols)     y for fwd, dx for dx
+//   offsets (out_cols/bs + 1) int32, items (nnz, 2) int32: output block column o
+//   sums items j in [offsets[o], offsets[o+1]) of  in[:, items[j,1]-th block] @ W
+//   with W = w[items[j,0]] (fwd) or w[items[j,0]]^T (dx, transpose_w).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace jbs {
+
+// Arguments of the fwd / dx kernel (one kernel, transpose_w selects dx).
+struct BsmmBlocksArgs {
+  const void* in = nullptr;
+  const void* w = nullptr;
+  const int32_t* offsets = nullptr;
+  const int32_t* items = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0;      // N
+  int64_t in_cols = 0;   // C (fwd) or K (dx); multiple of block_size
+  int64_t out_cols = 0;  // K (fwd) or C (dx); multiple of block_size
+  int64_t in_group_stride = 0;   // elements; 0 = broadcast
+  int64_t w_group_stride = 0;    // elements; 0 = broadcast
+  int64_t out_group_stride = 0;  // elements
+  int64_t groups = 1;
+  int block_size = 0;
+  bool transpose_w = false;  // false: fwd (x @ W), true: dx (dy @ W^T)
+  bool precise = false;      // fp32 only: 3xTF32 instead of 1xTF32
+};
+
+// Arguments of the dw kernel: dw[g, i] = x[g, :, c-block]^T @ dy[g, :, k-block]
+// with (c-block, k-block) = items[i].
+struct BsmmDwArgs {
+  const void* x = nullptr;
+  const void* dy = nullptr;
+  const int32_t* items = nullptr;
+  void* dw = nullptr;
+  int64_t rows = 0;     // N (may be 0: dw is then all zeros)
+  int64_t x_cols = 0;   // C
+  int64_t dy_cols = 0;  // K
+  int64_t nnz = 0;
+  int64_t x_group_stride = 0;
+  int64_t dy_group_stride = 0;
+  int64_t dw_group_stride = 0;
+  int64_t groups = 1;
+  int block_size = 0;
+  bool precise = false;
+};
+
+// T is float, __nv_bfloat16 or __half; explicit instantiations live in
+// bsmm_<dtype>.cu. Both enqueue on `stream` only (no sync, no allocation) and
+// return the launch error.
+template <typename T>
+cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& args, cudaStream_t stream);
+
+template <typename T>
+cudaError_t launch_bsmm_dw(const BsmmDwArgs& args, cudaStream_t stream);
+
+// Upper bound on gridDim.x of the fwd/dx launch (output block columns times row
+// tiles at the smallest row tile), for the handlers' size checks.
+inline constexpr int kBsmmMinRowTile = 32;
+
+}  // namespace jbs
