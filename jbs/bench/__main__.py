@@ -47,6 +47,10 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default=",".join(cases_lib.OPS), help="comma list of forward,dx,dw,step")
     parser.add_argument("--out", default="benchmarks/results", help="folder for JSON, markdown and PNG")
     parser.add_argument("--no-peers", action="store_true", help="time jbs alone")
+    parser.add_argument("--only", default=None,
+                        help="keep the cases where this Python expression over the case fields "
+                             "(op, dtype, n, c, k, block_size, density) is true, e.g. "
+                             "\"n == 32 and block_size == 32\"")
     args = parser.parse_args(argv)
     ops = tuple(op for op in args.ops.split(",") if op)
     bad = set(ops) - set(cases_lib.OPS)
@@ -62,6 +66,10 @@ def main(argv=None) -> int:
         print("\nNo GPU kernels here: timing the reference path at a small size. "
               "Kernel timings need a CUDA GPU.\n", flush=True)
         sweep = cases_lib.cpu_cases(ops)
+
+    if args.only:
+        sweep = [case for case in sweep if eval(args.only, {}, dict(case.__dict__))]  # noqa: S307
+        print(f"--only {args.only!r}: {len(sweep)} cases", flush=True)
 
     copy_bw = timing.measure_copy_bandwidth(2**30 if on_gpu else 2**26)
     dense_size = 8192 if on_gpu else 1024
