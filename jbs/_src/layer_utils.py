@@ -1,0 +1,67 @@
+"""Pieces shared by the Flax NNX and Linen layers: argument checks, initialiser resolution and
+weight normalisation over the nonzero blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+from jbs import initializers
+from jbs._src import validation
+from jbs.matmul import BlockSparseMatMul
+
+
+def make_op(in_features: int, out_features: int, layout, block_size: int, precision) -> BlockSparseMatMul:
+    """The matmul op of a layer, checking that the layout covers (in_features, out_features)."""
+    block_size = validation.check_block_size(block_size)
+    for name, value in (("in_features", in_features), ("out_features", out_features)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if value % block_size:
+            raise ValueError(f"{name}={value} must be a multiple of block_size={block_size}")
+    layout = validation.as_layout(layout)
+    expected = (in_features // block_size, out_features // block_size)
+    if layout.shape != expected:
+        raise ValueError(f"layout must have shape {expected} = (in_features // block_size, "
+                         f"out_features // block_size); got {layout.shape}")
+    return BlockSparseMatMul(layout, block_size, precision=precision)
+
+
+def resolve_kernel_init(kernel_init, op: BlockSparseMatMul):
+    """None or 'fan_in' -> fan-in-aware variance scaling; 'identity' -> identity; else as given."""
+    if kernel_init is None or (isinstance(kernel_init, str) and kernel_init == "fan_in"):
+        return initializers.lecun_normal(op.layout, op.block_size)
+    if isinstance(kernel_init, str) and kernel_init == "identity":
+        return initializers.identity(op.layout, op.block_size)
+    if isinstance(kernel_init, str) or not callable(kernel_init):
+        raise ValueError(f"kernel_init must be a callable, 'fan_in' or 'identity'; got {kernel_init!r}")
+    return kernel_init
+
+
+def column_norms(op: BlockSparseMatMul, kernel) -> jax.Array:
+    """L2 norm of each output unit's weights over the nonzero blocks: shape (..., K)."""
+    _, cols = np.nonzero(op.layout)
+    squares = jnp.sum(jnp.square(kernel.astype(jnp.float32)), axis=-2)  # (..., nnz, bs)
+    per_block_column = jax.ops.segment_sum(jnp.moveaxis(squares, -2, 0), cols,
+                                           num_segments=op.layout.shape[1])  # (Kb, ..., bs)
+    per_block_column = jnp.moveaxis(per_block_column, 0, -2)
+    return jnp.sqrt(per_block_column.reshape(per_block_column.shape[:-2] + (-1,)))
+
+
+def weight_normalize(op: BlockSparseMatMul, kernel, scale) -> jax.Array:
+    """``scale_j * v_j / ||v_j||`` for every output unit j, over the nonzero blocks only."""
+    _, cols = np.nonzero(op.layout)
+    factor = scale.astype(jnp.float32) / jnp.maximum(column_norms(op, kernel), 1e-12)  # (..., K)
+    bs = op.block_size
+    per_block = factor.reshape(factor.shape[:-1] + (-1, bs))[..., cols, :]  # (..., nnz, bs)
+    return (kernel.astype(jnp.float32) * per_block[..., None, :]).astype(kernel.dtype)
+
+
+def data_dependent_scale_and_bias(outputs, init_scale: float = 1.0):
+    """PixelCNN++'s weight-norm init: scale and bias that give each output unit zero mean and
+    ``init_scale`` std on this batch. outputs: (..., K) computed with scale 1, bias 0."""
+    flat = outputs.reshape(-1, outputs.shape[-1]).astype(jnp.float32)
+    mean, std = jnp.mean(flat, axis=0), jnp.std(flat, axis=0)
+    scale = init_scale / (std + 1e-10)
+    return scale, -mean * scale

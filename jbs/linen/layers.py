@@ -1,0 +1,95 @@
+"""Linen versions of ``jbs.nn.BlockSparseLinear`` and ``jbs.nn.SparseLSTMCell``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+from flax.linen.dtypes import promote_dtype
+
+from jbs._src import layer_utils
+from jbs.nn.recurrent import gate_layout
+
+
+class BlockSparseDense(nn.Module):
+    """``y = x @ W + b`` with W block-sparse; ``features`` outputs. See ``jbs.nn.BlockSparseLinear``."""
+
+    features: int
+    layout: Any
+    block_size: int
+    use_bias: bool = True
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Any = None
+    bias_init: Callable = nn.initializers.zeros_init()
+    weight_norm: bool = False
+
+    @nn.compact
+    def __call__(self, inputs):
+        op = layer_utils.make_op(inputs.shape[-1], self.features, self.layout, self.block_size,
+                                 self.precision)
+        kernel = self.param("kernel", layer_utils.resolve_kernel_init(self.kernel_init, op),
+                            op.w_shape, self.param_dtype)
+        if self.weight_norm:
+            scale = self.param("scale", nn.initializers.ones_init(), (self.features,), self.param_dtype)
+            kernel = layer_utils.weight_normalize(op, kernel, scale)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        y = op(inputs, kernel)
+        return y if bias is None else y + bias
+
+
+class SparseLSTMCell(nn.RNNCellBase):
+    """LSTM cell with block-sparse recurrent weights. See ``jbs.nn.SparseLSTMCell``."""
+
+    features: int
+    layout: Any
+    block_size: int
+    input_layout: Any = None
+    layer_norm: bool = False
+    gate_fn: Callable = nn.sigmoid
+    activation_fn: Callable = nn.tanh
+    kernel_init: Any = None
+    recurrent_kernel_init: Any = None
+    bias_init: Callable = nn.initializers.zeros_init()
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    carry_init: Callable = nn.initializers.zeros_init()
+
+    @nn.compact
+    def __call__(self, carry, inputs):
+        c, h = carry
+        hb = self.features // self.block_size
+        width = 4 * self.features
+        common = dict(dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision)
+        if self.input_layout is None:
+            x_part = nn.Dense(width, use_bias=False, kernel_init=self.kernel_init or nn.initializers.lecun_normal(),
+                              name="dense_i", **common)(inputs)
+        else:
+            x_part = BlockSparseDense(width, layout=gate_layout(self.input_layout, hb, 4),
+                                      block_size=self.block_size, use_bias=False,
+                                      kernel_init=self.kernel_init, name="dense_i", **common)(inputs)
+        h_part = BlockSparseDense(width, layout=gate_layout(self.layout, hb, 4), block_size=self.block_size,
+                                  kernel_init=self.recurrent_kernel_init, bias_init=self.bias_init,
+                                  name="dense_h", **common)(h)
+        if self.layer_norm:
+            x_part = nn.LayerNorm(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype, name="norm_i")(x_part)
+            h_part = nn.LayerNorm(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype, name="norm_h")(h_part)
+        i, f, g, o = jnp.split(x_part + h_part, 4, axis=-1)
+        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
+        new_h = self.gate_fn(o) * self.activation_fn(new_c)
+        return (new_c, new_h), new_h
+
+    @nn.nowrap
+    def initialize_carry(self, rng: jax.Array, input_shape):
+        shape = tuple(input_shape[:-1]) + (self.features,)
+        key_c, key_h = jax.random.split(rng)
+        return self.carry_init(key_c, shape, self.param_dtype), self.carry_init(key_h, shape, self.param_dtype)
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1

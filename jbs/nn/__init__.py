@@ -1,0 +1,7 @@
+"""Flax NNX layers over jbs's block-sparse ops."""
+
+from jbs.nn.linear import BlockSparseLinear
+from jbs.nn.recurrent import SparseLSTMCell, SparseMLSTMCell, gate_layout, sparse_width_for_params
+
+__all__ = ["BlockSparseLinear", "SparseLSTMCell", "SparseMLSTMCell", "gate_layout",
+           "sparse_width_for_params"]

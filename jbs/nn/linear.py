@@ -1,0 +1,84 @@
+"""``jbs.nn.BlockSparseLinear``: an NNX layer like ``nnx.Linear`` whose kernel is block-sparse."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from flax.nnx.nn import dtypes
+
+from jbs._src import layer_utils
+
+default_bias_init = nnx.initializers.zeros_init()
+
+
+class BlockSparseLinear(nnx.Module):
+    """``y = x @ W + b`` with W block-sparse.
+
+    Parameters: ``kernel`` (packed, ``(nnz, block_size, block_size)``: block i is the block at
+    ``np.argwhere(layout)[i]``) and ``bias`` ``(out_features,)``. With ``weight_norm=True`` the
+    kernel is ``scale * kernel / ||kernel||`` per output unit, with a ``scale`` parameter, and
+    ``data_dependent_init(x)`` sets scale and bias from a batch as PixelCNN++ does.
+
+    Args:
+      in_features, out_features: multiples of ``block_size``.
+      layout: bool/0-1 array of shape (in_features // bs, out_features // bs). Static: held by
+        the layer's op object (hashable), never traced.
+      block_size: 8, 16, 32 or 64.
+      kernel_init: callable ``init(key, shape, dtype)``, or "fan_in" (default: variance 1/fan-in
+        of each output unit, fan-in = block_size x nonzero blocks of its block column) or
+        "identity".
+      dtype: computation dtype (default: promote input and parameters, as ``nnx.Linear``).
+      param_dtype: parameter dtype.
+      precision: float32 matmul accuracy (None, "default", "highest" or a ``lax.Precision``).
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, layout, block_size: int,
+                 use_bias: bool = True, dtype=None, param_dtype=jnp.float32, precision=None,
+                 kernel_init=None, bias_init=default_bias_init, weight_norm: bool = False,
+                 rngs: nnx.Rngs):
+        self.op = layer_utils.make_op(in_features, out_features, layout, block_size, precision)
+        self.in_features = in_features
+        self.out_features = out_features
+        self.use_bias = use_bias
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.weight_norm = weight_norm
+        init = layer_utils.resolve_kernel_init(kernel_init, self.op)
+        self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype))
+        self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype)) if use_bias
+                     else nnx.data(None))
+        self.scale = nnx.Param(jnp.ones((out_features,), param_dtype)) if weight_norm else nnx.data(None)
+
+    @property
+    def layout(self):
+        return self.op.layout
+
+    @property
+    def block_size(self) -> int:
+        return self.op.block_size
+
+    def effective_kernel(self) -> jax.Array:
+        """The packed kernel the layer applies (weight-normalised if enabled)."""
+        kernel = self.kernel[...]
+        if self.weight_norm:
+            kernel = layer_utils.weight_normalize(self.op, kernel, self.scale[...])
+        return kernel
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        bias = self.bias[...] if self.bias is not None else None
+        inputs, kernel, bias = dtypes.promote_dtype((inputs, self.effective_kernel(), bias), dtype=self.dtype)
+        y = self.op(inputs, kernel)
+        return y if bias is None else y + bias
+
+    def data_dependent_init(self, inputs: jax.Array, init_scale: float = 1.0) -> jax.Array:
+        """Sets ``scale`` and ``bias`` so that this batch's outputs have zero mean and
+        ``init_scale`` std per unit (needs ``weight_norm=True`` and ``use_bias=True``)."""
+        if not (self.weight_norm and self.use_bias):
+            raise ValueError("data_dependent_init needs weight_norm=True and use_bias=True")
+        self.scale[...] = jnp.ones_like(self.scale[...])
+        self.bias[...] = jnp.zeros_like(self.bias[...])
+        scale, bias = layer_utils.data_dependent_scale_and_bias(self(inputs), init_scale)
+        self.scale[...] = scale.astype(self.param_dtype)
+        self.bias[...] = bias.astype(self.param_dtype)
+        return self(inputs)

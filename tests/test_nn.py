@@ -1,0 +1,266 @@
+"""Flax NNX layers: against their dense equivalents, init statistics, training, RNN, checkpoints,
+split/merge, Linen parity and data-parallel sharding."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+
+flax = pytest.importorskip("flax")
+optax = pytest.importorskip("optax")
+from flax import nnx  # noqa: E402
+import flax.linen as nn  # noqa: E402
+
+import jbs  # noqa: E402
+import jbs.linen  # noqa: E402
+import jbs.nn  # noqa: E402
+from helpers import awkward_layout, f64, random_array, rel_error, tolerance  # noqa: E402
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def dense_kernel(layer):
+    return layer.op.to_dense(layer.effective_kernel())
+
+
+def test_linear_matches_dense_equivalent(rng):
+    layout = awkward_layout(rng, 4, 6)
+    layer = jbs.nn.BlockSparseLinear(32, 48, layout=layout, block_size=8, precision="highest",
+                                     bias_init=nnx.initializers.normal(1.0), rngs=nnx.Rngs(int(rng.integers(99))))
+    assert layer.kernel.shape == (layout.sum(), 8, 8) and layer.bias.shape == (48,)
+    x = random_array(rng, (2, 5, 32), jnp.float32)
+    ref = f64(x) @ f64(dense_kernel(layer)) + f64(layer.bias[...])
+    assert rel_error(layer(x), ref) < 2e-5
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_linear_dtype_and_param_dtype(rng, dtype):
+    layer = jbs.nn.BlockSparseLinear(16, 32, layout=np.ones((2, 4)), block_size=8, dtype=dtype,
+                                     param_dtype=jnp.float32, rngs=nnx.Rngs(0))
+    y = layer(random_array(rng, (3, 16), jnp.float32))
+    assert y.dtype == dtype and layer.kernel.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("density", [1.0, 0.25, 0.05])
+def test_default_init_gives_unit_variance_at_any_density(rng, density):
+    layout = jbs.layouts.random(40, 40, density, seed=int(rng.integers(99)))
+    layer = jbs.nn.BlockSparseLinear(640, 640, layout=layout, block_size=16, use_bias=False,
+                                     rngs=nnx.Rngs(int(rng.integers(99))))
+    y = np.asarray(layer(random_array(rng, (512, 640), jnp.float32)))
+    live = np.repeat(layout.any(axis=0), 16)
+    assert 0.85 < y[:, live].var() < 1.15
+
+
+def test_barabasi_albert_hubs_and_leaves_are_both_unit_variance(rng):
+    layout = jbs.layouts.barabasi_albert(64, 1, seed=0)
+    layer = jbs.nn.BlockSparseLinear(512, 512, layout=layout, block_size=8, use_bias=False, rngs=nnx.Rngs(3))
+    y = np.asarray(layer(random_array(rng, (2048, 512), jnp.float32))).reshape(2048, 64, 8)
+    degrees = layout.sum(axis=0)
+    hub, leaf = int(np.argmax(degrees)), int(np.argmin(degrees))
+    assert degrees[hub] >= 6 * degrees[leaf]
+    assert 0.8 < y[:, hub].var() < 1.2 and 0.5 < y[:, leaf].var() < 1.6
+
+
+def test_identity_init_and_bad_init_name():
+    layout = jbs.layouts.watts_strogatz(4, 2, 0.5, seed=1)
+    layer = jbs.nn.BlockSparseLinear(32, 32, layout=layout, block_size=8, kernel_init="identity", rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(dense_kernel(layer), np.eye(32))
+    with pytest.raises(ValueError, match="kernel_init must be"):
+        jbs.nn.BlockSparseLinear(32, 32, layout=layout, block_size=8, kernel_init="zeros", rngs=nnx.Rngs(0))
+
+
+def test_weight_norm_and_data_dependent_init(rng):
+    layout = awkward_layout(rng, 4, 5)
+    layer = jbs.nn.BlockSparseLinear(32, 40, layout=layout, block_size=8, weight_norm=True, rngs=nnx.Rngs(1))
+    norms = np.linalg.norm(f64(dense_kernel(layer)), axis=0)
+    live = np.repeat(layout.any(axis=0), 8)
+    np.testing.assert_allclose(norms[live], 1.0, rtol=1e-5)
+    x = 3.0 * random_array(rng, (256, 32), jnp.float32) + 1.0
+    y = np.asarray(layer.data_dependent_init(x))
+    np.testing.assert_allclose(y[:, live].mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(y[:, live].std(axis=0), 1.0, rtol=1e-3)
+
+
+def test_layer_argument_errors():
+    with pytest.raises(ValueError, match=r"layout must have shape \(2, 4\).*got \(4, 2\)"):
+        jbs.nn.BlockSparseLinear(16, 32, layout=np.ones((4, 2)), block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="in_features=20 must be a multiple of block_size=8"):
+        jbs.nn.BlockSparseLinear(20, 32, layout=np.ones((2, 4)), block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="block columns"):
+        jbs.nn.SparseLSTMCell(8, 32, layout=np.ones((4, 3)), block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="hidden_features=30 must be a multiple"):
+        jbs.nn.SparseLSTMCell(8, 30, layout=np.ones((4, 4)), block_size=8, rngs=nnx.Rngs(0))
+
+
+def test_training_reduces_the_loss(rng):
+    model = jbs.nn.BlockSparseLinear(32, 16, layout=awkward_layout(rng, 4, 2, 0.8), block_size=8,
+                                     rngs=nnx.Rngs(0))
+    x = random_array(rng, (64, 32), jnp.float32)
+    target = random_array(rng, (64, 16), jnp.float32)
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - target) ** 2))(model)
+        optimizer.update(model, grads)
+        return loss
+
+    losses = [float(step(model, optimizer)) for _ in range(30)]
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def lstm_reference(cell, carry, x):
+    """The LSTM step in float64 numpy from the cell's dense weights."""
+    c, h = (f64(a) for a in carry)
+    w_i = f64(cell.dense_i.kernel[...]) if isinstance(cell.dense_i, nnx.Linear) else f64(dense_kernel(cell.dense_i))
+    z = f64(x) @ w_i + h @ f64(dense_kernel(cell.dense_h)) + f64(cell.dense_h.bias[...])
+    i, f, g, o = np.split(z, 4, axis=-1)
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    new_c = sig(f) * c + sig(i) * np.tanh(g)
+    return new_c, sig(o) * np.tanh(new_c)
+
+
+@pytest.mark.parametrize("sparse_input", [False, True])
+def test_lstm_cell_matches_dense_step(rng, sparse_input):
+    layout = jbs.layouts.barabasi_albert(6, 2, seed=int(rng.integers(99)))
+    cell = jbs.nn.SparseLSTMCell(16, 48, layout=layout, block_size=8, precision="highest",
+                                 input_layout=awkward_layout(rng, 2, 6) if sparse_input else None,
+                                 bias_init=nnx.initializers.normal(0.5), rngs=nnx.Rngs(0))
+    assert isinstance(cell.dense_i, jbs.nn.BlockSparseLinear) == sparse_input
+    np.testing.assert_array_equal(cell.dense_h.layout, np.tile(layout, (1, 4)))
+    carry = tuple(random_array(rng, (3, 48), jnp.float32) for _ in range(2))
+    x = random_array(rng, (3, 16), jnp.float32)
+    (c, h), out = cell(carry, x)
+    ref_c, ref_h = lstm_reference(cell, carry, x)
+    assert rel_error(c, ref_c) < 2e-5 and rel_error(h, ref_h) < 2e-5
+    np.testing.assert_array_equal(out, h)
+
+
+def test_mlstm_cell_matches_dense_step(rng):
+    layout = jbs.layouts.watts_strogatz(6, 2, 0.3, seed=0)
+    cell = jbs.nn.SparseMLSTMCell(16, 48, layout=layout, block_size=8, precision="highest", rngs=nnx.Rngs(0))
+    c0, h0 = (random_array(rng, (3, 48), jnp.float32) for _ in range(2))
+    x = random_array(rng, (3, 16), jnp.float32)
+    (c, h), _ = cell((c0, h0), x)
+    m = (f64(x) @ f64(cell.dense_mx.kernel[...])) * (f64(h0) @ f64(dense_kernel(cell.dense_mh)))
+    z = f64(x) @ f64(cell.dense_i.kernel[...]) + m @ f64(dense_kernel(cell.dense_h)) + f64(cell.dense_h.bias[...])
+    i, f, g, o = np.split(z, 4, axis=-1)
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    ref_c = sig(f) * f64(c0) + sig(i) * np.tanh(g)
+    assert rel_error(c, ref_c) < 2e-5 and rel_error(h, sig(o) * np.tanh(ref_c)) < 2e-5
+
+
+@pytest.mark.parametrize("cell_type", [jbs.nn.SparseLSTMCell, jbs.nn.SparseMLSTMCell])
+def test_cells_run_in_nnx_rnn_with_carry_shapes(rng, cell_type):
+    cell = cell_type(12, 64, layout=jbs.layouts.barabasi_albert(8, 2, seed=0), block_size=8,
+                     layer_norm=True, rngs=nnx.Rngs(0))
+    c, h = cell.initialize_carry((5, 12), nnx.Rngs(1))
+    assert c.shape == h.shape == (5, 64)
+    rnn = nnx.RNN(cell, return_carry=True, rngs=nnx.Rngs(2))
+    (c, h), ys = nnx.jit(lambda rnn, x: rnn(x))(rnn, random_array(rng, (5, 7, 12), jnp.float32))
+    assert ys.shape == (5, 7, 64) and c.shape == (5, 64)
+    np.testing.assert_array_equal(ys[:, -1], h)
+
+
+def test_sparse_width_for_params():
+    width = jbs.nn.sparse_width_for_params(3072, 0.03, block_size=32)
+    assert width % 32 == 0 and 17000 < width < 18500
+    assert 0.97 < 0.03 * width**2 / 3072**2 < 1.03
+    assert jbs.nn.sparse_width_for_params(1024, 1.0, input_features=256, block_size=8) == 1024
+
+
+def test_split_merge_and_orbax_checkpoint_round_trip(rng, tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    layout = jbs.layouts.barabasi_albert(8, 2, seed=5)
+    make = lambda seed: jbs.nn.SparseLSTMCell(16, 64, layout=layout, block_size=8, rngs=nnx.Rngs(seed))
+    cell = make(0)
+    x = random_array(rng, (3, 16), jnp.float32)
+    carry = cell.initialize_carry(x.shape, nnx.Rngs(0))
+    expected = cell(carry, x)[1]
+
+    graphdef, state = nnx.split(cell)
+    np.testing.assert_array_equal(nnx.merge(graphdef, state)(carry, x)[1], expected)
+
+    # Layouts are static (part of the graphdef, not the state): the checkpoint holds the
+    # parameters, and the layout is rebuilt by constructing the model with the same layout.
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(tmp_path / "cell", state)
+    checkpointer.wait_until_finished()
+    abstract = nnx.eval_shape(lambda: make(1))
+    graphdef2, abstract_state = nnx.split(abstract)
+    restored = nnx.merge(graphdef2, checkpointer.restore(tmp_path / "cell", abstract_state))
+    np.testing.assert_array_equal(restored.dense_h.layout, cell.dense_h.layout)
+    np.testing.assert_array_equal(restored(carry, x)[1], expected)
+
+
+def test_linen_dense_matches_nnx(rng):
+    layout = awkward_layout(rng, 4, 6)
+    layer = jbs.nn.BlockSparseLinear(32, 48, layout=layout, block_size=8, weight_norm=True, rngs=nnx.Rngs(0))
+    linen = jbs.linen.BlockSparseDense(48, layout=layout, block_size=8, weight_norm=True)
+    x = random_array(rng, (4, 32), jnp.float32)
+    params = {"kernel": layer.kernel[...], "bias": layer.bias[...], "scale": layer.scale[...] * 2}
+    layer.scale[...] = params["scale"]
+    shapes = jax.tree.map(jnp.shape, linen.init(jax.random.key(0), x)["params"])
+    assert shapes == jax.tree.map(jnp.shape, params)
+    np.testing.assert_array_equal(linen.apply({"params": params}, x), layer(x))
+
+
+def test_linen_lstm_matches_nnx(rng):
+    layout = jbs.layouts.barabasi_albert(8, 2, seed=1)
+    cell = jbs.nn.SparseLSTMCell(16, 64, layout=layout, block_size=8, layer_norm=True, rngs=nnx.Rngs(0))
+    linen = jbs.linen.SparseLSTMCell(64, layout=layout, block_size=8, layer_norm=True)
+    x = random_array(rng, (3, 16), jnp.float32)
+    carry = tuple(random_array(rng, (3, 64), jnp.float32) for _ in range(2))
+    state = nnx.state(cell, nnx.Param)
+    params = jax.tree.map(lambda v: v, nnx.to_pure_dict(state))
+    shapes = jax.tree.map(jnp.shape, linen.init(jax.random.key(0), carry, x)["params"])
+    assert shapes == jax.tree.map(jnp.shape, params)
+    (c1, h1), _ = linen.apply({"params": params}, carry, x)
+    (c2, h2), _ = cell(carry, x)
+    np.testing.assert_array_equal(c1, c2)
+    np.testing.assert_array_equal(h1, h2)
+    lc = linen.initialize_carry(jax.random.key(0), x.shape)
+    assert lc[0].shape == (3, 64)
+    ys = nn.RNN(linen).apply({"params": {"cell": params}}, random_array(rng, (3, 5, 16), jnp.float32))
+    assert ys.shape == (3, 5, 64)
+
+
+SHARDED_SCRIPT = textwrap.dedent("""
+    import numpy as np, jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from flax import nnx
+    import jbs, jbs.nn
+    assert len(jax.devices()) == 4, jax.devices()
+    layout = jbs.layouts.barabasi_albert(8, 2, seed=0)
+    model = jbs.nn.BlockSparseLinear(64, 64, layout=layout, block_size=8, precision="highest", rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((32, 64)), jnp.float32)
+    t = jnp.asarray(rng.standard_normal((32, 64)), jnp.float32)
+    loss = lambda m, x, t: jnp.mean((m(x) - t) ** 2)
+    single = nnx.grad(loss)(model, x, t)
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+    ts = jax.device_put(t, NamedSharding(mesh, P("data")))
+    state = nnx.state(model)
+    nnx.update(model, jax.device_put(state, NamedSharding(mesh, P())))
+    sharded = nnx.jit(nnx.grad(loss))(model, xs, ts)
+    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(sharded)):
+        assert b.sharding.is_fully_replicated
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    y = nnx.jit(lambda m, x: m(x))(model, xs)
+    assert y.sharding.spec[0] == "data", y.sharding
+    print("sharded ok")
+""")
+
+
+def test_data_parallel_on_four_host_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sharded ok" in result.stdout
