@@ -1,7 +1,8 @@
 """Initialisers for packed block-sparse weights that know the layout.
 
-Each returns a Flax/JAX-style ``init(key, shape, dtype)``. The fan-in of output unit j is
-``block_size`` x the nonzero blocks of its block column, so Barabasi-Albert hubs and leaves are
+Each returns a Flax/JAX-style ``init(key, shape, dtype)`` for packed weights ``(nnz, bs, bs)``
+or, for a convolution, ``(kh, kw, nnz, bs, bs)``. The fan-in of output unit j is ``block_size``
+x the nonzero blocks of its block column (x kh*kw for a convolution), so Barabasi-Albert hubs and leaves are
 each scaled to their own fan-in and unit-variance inputs give roughly unit-variance outputs at
 any density.
 """
@@ -44,6 +45,7 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
 
     def init(key, shape=expected, dtype=jnp.float32):
         _check_shape(shape, expected)
+        taps = int(np.prod(shape[:-3]))  # filter taps of a conv kernel also feed each output
         if distribution == "truncated_normal":
             # std of a unit normal truncated to [-2, 2]
             unit = jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) / 0.87962566103423978
@@ -51,7 +53,7 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
             unit = jax.random.normal(key, shape, jnp.float32)
         else:
             unit = jax.random.uniform(key, shape, jnp.float32, -np.sqrt(3.0), np.sqrt(3.0))
-        return (unit * std).astype(dtype)
+        return (unit * (std / np.sqrt(taps))).astype(dtype)
 
     return init
 
@@ -63,7 +65,8 @@ def lecun_normal(layout, block_size: int):
 
 def identity(layout, block_size: int, scale: float = 1.0):
     """``scale`` x the identity on the diagonal blocks, zero elsewhere (the seed's advice for deep
-    recurrent stacks, with layer norm). Every diagonal block below min(C, K) must be in the layout."""
+    recurrent stacks, with layer norm). Every diagonal block below min(C, K) must be in the layout.
+    For a conv kernel the identity sits on the centre tap (a delta kernel)."""
     layout, block_size, rows, cols = _packed_geometry(layout, block_size)
     diagonal = min(layout.shape)
     missing = np.flatnonzero(~layout[np.arange(diagonal), np.arange(diagonal)])
@@ -76,6 +79,8 @@ def identity(layout, block_size: int, scale: float = 1.0):
     def init(key=None, shape=expected, dtype=jnp.float32):
         del key
         _check_shape(shape, expected)
-        return jnp.broadcast_to(jnp.asarray(scale * on_diagonal, dtype), shape)
+        kernel = np.zeros(shape, np.float32)
+        kernel[tuple(size // 2 for size in shape[:-3])] = scale * on_diagonal
+        return jnp.asarray(kernel, dtype)
 
     return init

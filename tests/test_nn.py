@@ -264,3 +264,39 @@ def test_data_parallel_on_four_host_devices():
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sharded ok" in result.stdout
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_conv_layer_matches_dense_and_linen(rng, transpose):
+    layout = awkward_layout(rng, 3, 4)
+    layer = jbs.nn.BlockSparseConv(24, 32, (2, 3), layout=layout, block_size=8, strides=2,
+                                   padding="SAME", transpose=transpose, precision="highest",
+                                   weight_norm=True, bias_init=nnx.initializers.normal(1.0), rngs=nnx.Rngs(0))
+    assert layer.kernel.shape == (2, 3, layout.sum(), 8, 8)
+    x = random_array(rng, (2, 7, 6, 24), jnp.float32)
+    kernel = layer.op.to_dense(layer.effective_kernel())
+    conv = jax.lax.conv_transpose if transpose else jax.lax.conv_general_dilated
+    ref = conv(x, kernel, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=HIGHEST)
+    y = layer(x)
+    assert rel_error(y, f64(ref + layer.bias[...])) < 2e-5
+    linen = jbs.linen.BlockSparseConv(32, (2, 3), layout=layout, block_size=8, strides=2, transpose=transpose,
+                                      precision="highest", weight_norm=True)
+    params = nnx.to_pure_dict(nnx.state(layer, nnx.Param))
+    assert jax.tree.map(jnp.shape, linen.init(jax.random.key(0), x)["params"]) == jax.tree.map(jnp.shape, params)
+    np.testing.assert_array_equal(linen.apply({"params": params}, x), y)
+
+
+def test_conv_layer_init_and_data_dependent_init(rng):
+    layout = jbs.layouts.random(10, 10, 0.25, seed=int(rng.integers(99)))
+    layer = jbs.nn.BlockSparseConv(160, 160, (3, 3), layout=layout, block_size=16, use_bias=False,
+                                   rngs=nnx.Rngs(0))
+    y = np.asarray(layer(random_array(rng, (8, 12, 12, 160), jnp.float32)))[:, 1:-1, 1:-1]
+    live = np.repeat(layout.any(axis=0), 16)
+    assert 0.8 < y[..., live].var() < 1.2
+    wn = jbs.nn.BlockSparseConv(160, 160, (2, 2), layout=layout, block_size=16, weight_norm=True, rngs=nnx.Rngs(0))
+    out = np.asarray(wn.data_dependent_init(random_array(rng, (8, 6, 6, 160), jnp.float32) * 2 + 1))
+    np.testing.assert_allclose(out[..., live].reshape(-1, live.sum()).std(axis=0), 1.0, rtol=1e-3)
+    delta = jbs.nn.BlockSparseConv(32, 32, 3, layout=np.eye(2), block_size=16, kernel_init="identity",
+                                   use_bias=False, rngs=nnx.Rngs(0))
+    x = random_array(rng, (1, 5, 5, 32), jnp.float32)
+    np.testing.assert_allclose(delta(x), x, rtol=1e-6)

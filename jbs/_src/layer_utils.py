@@ -40,22 +40,20 @@ def resolve_kernel_init(kernel_init, op: BlockSparseMatMul):
 
 
 def column_norms(op: BlockSparseMatMul, kernel) -> jax.Array:
-    """L2 norm of each output unit's weights over the nonzero blocks: shape (..., K)."""
+    """L2 norm of each output unit's weights over the nonzero blocks (and over the filter taps,
+    the leading axes of a conv kernel ``(kh, kw, nnz, bs, bs)``): shape (K,)."""
     _, cols = np.nonzero(op.layout)
-    squares = jnp.sum(jnp.square(kernel.astype(jnp.float32)), axis=-2)  # (..., nnz, bs)
-    per_block_column = jax.ops.segment_sum(jnp.moveaxis(squares, -2, 0), cols,
-                                           num_segments=op.layout.shape[1])  # (Kb, ..., bs)
-    per_block_column = jnp.moveaxis(per_block_column, 0, -2)
-    return jnp.sqrt(per_block_column.reshape(per_block_column.shape[:-2] + (-1,)))
+    squares = jnp.square(kernel.astype(jnp.float32)).reshape((-1,) + kernel.shape[-3:]).sum(axis=(0, 2))
+    per_block_column = jax.ops.segment_sum(squares, cols, num_segments=op.layout.shape[1])  # (Kb, bs)
+    return jnp.sqrt(per_block_column.reshape(-1))
 
 
 def weight_normalize(op: BlockSparseMatMul, kernel, scale) -> jax.Array:
     """``scale_j * v_j / ||v_j||`` for every output unit j, over the nonzero blocks only."""
     _, cols = np.nonzero(op.layout)
-    factor = scale.astype(jnp.float32) / jnp.maximum(column_norms(op, kernel), 1e-12)  # (..., K)
-    bs = op.block_size
-    per_block = factor.reshape(factor.shape[:-1] + (-1, bs))[..., cols, :]  # (..., nnz, bs)
-    return (kernel.astype(jnp.float32) * per_block[..., None, :]).astype(kernel.dtype)
+    factor = scale.astype(jnp.float32) / jnp.maximum(column_norms(op, kernel), 1e-12)  # (K,)
+    per_block = factor.reshape(-1, op.block_size)[cols]  # (nnz, bs)
+    return (kernel.astype(jnp.float32) * per_block[:, None, :]).astype(kernel.dtype)
 
 
 def data_dependent_scale_and_bias(outputs, init_scale: float = 1.0):

@@ -8,32 +8,65 @@ from jax.interpreters import mlir
 
 from jbs._src import extension, reference
 from jbs._src.primitives import bsmm_dw_p, bsmm_dx_p, bsmm_fwd_p
+from jbs._src.tables import Tables
 
 # primitive -> (reference function, FFI target, which lookup tables the kernel reads)
 _OPS = {
-    bsmm_fwd_p: (reference.forward, "jbs_bsmm_fwd", ("fwd_offsets", "fwd_items")),
-    bsmm_dx_p: (reference.input_grad, "jbs_bsmm_dx", ("dx_offsets", "dx_items")),
+    bsmm_fwd_p: (reference.forward, "jbs_bsmm_fwd",
+                 ("fwd_offsets", "fwd_items", "fwd_chunks", "fwd_splits")),
+    bsmm_dx_p: (reference.input_grad, "jbs_bsmm_dx",
+                ("dx_offsets", "dx_items", "dx_chunks", "dx_splits")),
     bsmm_dw_p: (reference.weight_grad, "jbs_bsmm_dw", ("dw_items",)),
 }
-_TABLE_FIELDS = ("fwd_offsets", "fwd_items", "dx_offsets", "dx_items", "dw_items")
+_TABLE_FIELDS = Tables._fields
+# The reference functions take the first five tables (the ones that define the op).
+_REFERENCE_TABLES = 5
+
+# Small-N path of the fwd/dx kernels: keep in sync with cuda/matmul/bsmm.h
+# (kStreamMaxRowsHost, stream_row_tile_host, stream_scratch_bytes).
+_STREAM_MAX_ROWS = 64
+
+
+def _stream_scratch_floats(rows: int, groups: int, n_split: int, bs: int) -> int:
+    """float32 elements of the fwd/dx scratch result (counters, then partial tiles)."""
+    if rows < 1 or rows > _STREAM_MAX_ROWS or n_split == 0:
+        return 1
+    row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    counters = -(-groups * n_split // 4) * 4
+    return counters + groups * n_split * row_tile * bs
+
+
+def _reference_rule(reference_fn):
+    def fn(a, b, *tables, precision):
+        return reference_fn(a, b, *tables[:_REFERENCE_TABLES], precision=precision)
+    return mlir.lower_fun(fn, multiple_results=False)
 
 
 def _cuda_rule(target, used_tables):
     """Calls the FFI target with the two data operands and only the tables it reads."""
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     ffi_rule = jax.ffi.ffi_lowering(target)
+    is_dw = target == "jbs_bsmm_dw"
 
     def rule(ctx, *operands, precision):
         avals_in = [ctx.avals_in[i] for i in keep]
-        block_size = ctx.avals_in[1].shape[-1] if target != "jbs_bsmm_dw" else ctx.avals_out[0].shape[-1]
-        return ffi_rule(ctx.replace(avals_in=avals_in), *[operands[i] for i in keep],
-                        block_size=np.int32(block_size), precision=np.int32(precision))
+        block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]
+        avals_out = list(ctx.avals_out)
+        if not is_dw:
+            out = ctx.avals_out[0]
+            splits = ctx.avals_in[2 + _TABLE_FIELDS.index(used_tables[3])]
+            floats = _stream_scratch_floats(out.shape[1], out.shape[0], splits.shape[0] - 1, block_size)
+            avals_out.append(jax.core.ShapedArray((floats,), np.float32))
+        results = ffi_rule(ctx.replace(avals_in=avals_in, avals_out=avals_out),
+                           *[operands[i] for i in keep],
+                           block_size=np.int32(block_size), precision=np.int32(precision))
+        return results[:1]
     return rule
 
 
 def register() -> None:
     for prim, (reference_fn, target, used_tables) in _OPS.items():
-        mlir.register_lowering(prim, mlir.lower_fun(reference_fn, multiple_results=False))
+        mlir.register_lowering(prim, _reference_rule(reference_fn))
         if extension.cuda_available():
             mlir.register_lowering(prim, _cuda_rule(target, used_tables), platform="cuda")
 

@@ -28,6 +28,11 @@ class Tables(NamedTuple):
     dx_offsets: np.ndarray   # (Cb + 1,)
     dx_items: np.ndarray     # (nnz, 2) [block index, output block column], grouped by block row
     dw_items: np.ndarray     # (nnz, 2) [input block row, output block column] of block i
+    # Work chunks of the small-N CUDA kernels (the reference path ignores them), see _chunks:
+    fwd_chunks: np.ndarray   # (num_chunks, 4) [output block column, item begin, item end, 0]
+    fwd_splits: np.ndarray   # (n_split + 1, 2) [first chunk of the column, chunks in the column]
+    dx_chunks: np.ndarray    # (num_chunks, 4) as fwd_chunks over dx_items / input block rows
+    dx_splits: np.ndarray    # (n_split + 1, 2)
 
 
 def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,6 +42,44 @@ def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarr
     offsets = np.zeros(num_segments + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     return offsets, order
+
+
+def _chunks(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Work chunks over the segments of an offsets table, balanced by items (= bytes).
+
+    Every segment (output block column) gets one chunk of at most ``limit`` items, except long
+    segments, which are cut into P equal chunks; limit = max(16, ceil(nnz / 256)), so a random
+    layout keeps one chunk per column and a heavy (power-law) column is spread over many CTAs.
+    Chunks of split segments come first (their index is their scratch slot; the kernel sums
+    their partials in chunk order), then the others longest first. Empty segments keep one
+    empty chunk: the kernel writes their zeros.
+    Returns (chunks (num_chunks, 4) [segment, begin, end, 0], splits (n_split + 1, 2)
+    [first chunk of the segment, P] per split chunk, plus one unused row).
+    """
+    counts = np.diff(offsets)
+    nnz = int(offsets[-1])
+    limit = max(16, -(-nnz // 256))
+    parts = np.maximum(1, -(-counts // limit))
+    split_segs = np.flatnonzero(parts > 1)
+    split_segs = split_segs[np.argsort(-counts[split_segs], kind="stable")]
+    whole = np.flatnonzero(parts == 1)
+    whole = whole[np.argsort(-counts[whole], kind="stable")]
+    chunks, splits = [], []
+    for seg in split_segs:
+        p, b, n = int(parts[seg]), int(offsets[seg]), int(counts[seg])
+        first = len(chunks)
+        bounds = b + (np.arange(p + 1) * n) // p
+        for q in range(p):
+            chunks.append((seg, bounds[q], bounds[q + 1], 0))
+            splits.append((first, p))
+    splits.append((0, 0))
+    table = np.zeros((len(chunks) + whole.size, 4), np.int64)
+    if chunks:
+        table[:len(chunks)] = np.asarray(chunks, np.int64)
+    table[len(chunks):, 0] = whole
+    table[len(chunks):, 1] = offsets[whole]
+    table[len(chunks):, 2] = offsets[whole + 1]
+    return table, np.asarray(splits, np.int64)
 
 
 def build_tables(layout: np.ndarray) -> Tables:
@@ -56,6 +99,9 @@ def build_tables(layout: np.ndarray) -> Tables:
         dx_offsets=as_i32(dx_offsets),
         dx_items=as_i32(np.stack([blocks[by_row], cols[by_row]], axis=1)),
         dw_items=as_i32(np.stack([rows, cols], axis=1)),
+        **{f"{op}_{name}": as_i32(table)
+           for op, offsets in (("fwd", fwd_offsets), ("dx", dx_offsets))
+           for name, table in zip(("chunks", "splits"), _chunks(offsets))},
     )
     for table in tables:
         table.setflags(write=False)

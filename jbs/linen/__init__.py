@@ -1,5 +1,5 @@
 """Thin Flax Linen layers over the same ops as ``jbs.nn`` (same parameter names and math)."""
 
-from jbs.linen.layers import BlockSparseDense, SparseLSTMCell
+from jbs.linen.layers import BlockSparseConv, BlockSparseDense, SparseLSTMCell
 
-__all__ = ["BlockSparseDense", "SparseLSTMCell"]
+__all__ = ["BlockSparseConv", "BlockSparseDense", "SparseLSTMCell"]

@@ -10,6 +10,8 @@ import flax.linen as nn
 from flax.linen.dtypes import promote_dtype
 
 from jbs._src import layer_utils
+from jbs.conv import BlockSparseConv as BlockSparseConvOp
+from jbs.conv import BlockSparseConvTranspose as BlockSparseConvTransposeOp
 from jbs.nn.recurrent import gate_layout
 
 
@@ -36,6 +38,43 @@ class BlockSparseDense(nn.Module):
         if self.weight_norm:
             scale = self.param("scale", nn.initializers.ones_init(), (self.features,), self.param_dtype)
             kernel = layer_utils.weight_normalize(op, kernel, scale)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        y = op(inputs, kernel)
+        return y if bias is None else y + bias
+
+
+class BlockSparseConv(nn.Module):
+    """NHWC convolution with a channel-block-sparse kernel. See ``jbs.nn.BlockSparseConv``."""
+
+    features: int
+    kernel_size: Any
+    layout: Any
+    block_size: int
+    strides: Any = 1
+    padding: Any = "SAME"
+    dilation: Any = 1
+    transpose: bool = False
+    use_bias: bool = True
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Any = None
+    bias_init: Callable = nn.initializers.zeros_init()
+    weight_norm: bool = False
+
+    @nn.compact
+    def __call__(self, inputs):
+        matmul = layer_utils.make_op(inputs.shape[-1], self.features, self.layout, self.block_size,
+                                     self.precision)
+        op_type = BlockSparseConvTransposeOp if self.transpose else BlockSparseConvOp
+        op = op_type(matmul.layout, self.block_size, self.kernel_size, self.strides, self.padding,
+                     self.dilation, precision=self.precision)
+        kernel = self.param("kernel", layer_utils.resolve_kernel_init(self.kernel_init, matmul),
+                            op.w_shape, self.param_dtype)
+        if self.weight_norm:
+            scale = self.param("scale", nn.initializers.ones_init(), (self.features,), self.param_dtype)
+            kernel = layer_utils.weight_normalize(matmul, kernel, scale)
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
         inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         y = op(inputs, kernel)

@@ -1,0 +1,185 @@
+"""``BlockSparseConv``: 2-D convolution whose kernel is block-sparse in the channel dimensions.
+
+The spatial connectivity is that of an ordinary convolution; each filter tap ``(i, j)`` holds the
+same channel-block layout. ``w[i, j, b]`` is the block at ``np.argwhere(layout)[b]`` of tap
+``(i, j)``, i.e. ``to_dense(w)[i, j, c*bs:(c+1)*bs, k*bs:(k+1)*bs]`` (an HWIO kernel).
+
+The convolution runs as one block-sparse matmul whose reduction covers (filter taps x nonzero
+input channel blocks): the taps are gathered along the channel axis and the layout is repeated
+once per tap, so accumulation stays in float32 across taps and every transform (grad, jvp,
+vmap) comes from the matmul primitives. It materialises the gathered taps in memory (an
+im2col buffer of kh*kw times the input); an implicit-GEMM CUDA kernel that avoids it is
+planned (see benchmarks/NOTES.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax.numpy as jnp
+from jax import lax
+
+from jbs._src import validation
+from jbs.matmul import BlockSparseMatMul
+
+__all__ = ["BlockSparseConv", "BlockSparseConvTranspose"]
+
+
+def _pair(name, value, minimum):
+    pair = (value, value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    try:
+        pair = tuple(pair)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in pair):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return tuple(int(v) for v in pair)
+
+
+def _check_padding(padding):
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise ValueError(f"padding must be 'SAME', 'VALID' or ((lo, hi), (lo, hi)), got {padding!r}")
+        return padding.upper()
+    try:
+        pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+    except (TypeError, ValueError):
+        raise ValueError(f"padding must be 'SAME', 'VALID' or ((lo, hi), (lo, hi)), got {padding!r}") from None
+    if len(pads) != 2 or min(min(p) for p in pads) < 0:
+        raise ValueError(f"explicit padding must be two non-negative (lo, hi) pairs, got {padding!r}")
+    return pads
+
+
+class _ConvBase:
+    def __init__(self, layout, block_size, kernel_size, strides=1, padding="SAME", dilation=1, *,
+                 precision=None):
+        self.kernel_size = _pair("kernel_size", kernel_size, 1)
+        self.strides = _pair("strides", strides, 1)
+        self.dilation = _pair("dilation", dilation, 1)
+        self.padding = _check_padding(padding)
+        taps = self.kernel_size[0] * self.kernel_size[1]
+        self._channels = BlockSparseMatMul(layout, block_size, precision=precision)
+        # Taps stacked along the reduction: row block t*Cb + c of the big layout is tap t,
+        # channel block c, so its row-major packed weights are w.reshape(taps*nnz, bs, bs).
+        self._matmul = BlockSparseMatMul(np.tile(self._channels.layout, (taps, 1)), block_size,
+                                         precision=precision)
+        self._key = (type(self).__name__, self._channels, self.kernel_size, self.strides,
+                     self.dilation, self.padding)
+
+    layout = property(lambda self: self._channels.layout)
+    block_size = property(lambda self: self._channels.block_size)
+    nnz = property(lambda self: self._channels.nnz)
+    density = property(lambda self: self._channels.density)
+
+    @property
+    def features(self) -> tuple[int, int]:
+        """(C, K): input and output channels."""
+        return self._channels.shape
+
+    @property
+    def w_shape(self):
+        return self.kernel_size + self._channels.w_shape
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self._key == other._key
+
+    def to_dense(self, w):
+        """Packed (..., kh, kw, nnz, bs, bs) -> HWIO kernel (..., kh, kw, C, K)."""
+        w = self._check_w(w, allow_batch=True)
+        return self._channels.to_dense(w)
+
+    def from_dense(self, kernel):
+        """HWIO kernel (..., kh, kw, C, K) -> packed (..., kh, kw, nnz, bs, bs)."""
+        kernel = jnp.asarray(kernel)
+        if kernel.shape[-4:] != self.kernel_size + self.features:
+            raise ValueError(f"kernel must have shape (..., {', '.join(map(str, self.kernel_size + self.features))})"
+                             f"; got {kernel.shape}")
+        return self._channels.from_dense(kernel)
+
+    def _check_w(self, w, allow_batch=False):
+        w = jnp.asarray(w)
+        ok = w.shape[-5:] == self.w_shape if allow_batch else w.shape == self.w_shape
+        if not ok:
+            raise ValueError(f"w must have shape w_shape={self.w_shape}; got {w.shape}")
+        return w
+
+    def _check_x(self, x):
+        x = jnp.asarray(x)
+        validation.check_float_dtype("x", x.dtype)
+        if x.ndim != 4 or x.shape[-1] != self.features[0]:
+            raise ValueError(f"x must be NHWC with {self.features[0]} channels, i.e. shape "
+                             f"(N, H, W, {self.features[0]}); got {x.shape}")
+        return x
+
+    def _stride1_conv(self, x, w, pads, strides):
+        """Gathers the taps of the padded input along channels and runs one block-sparse matmul."""
+        (kh, kw), (dh, dw), (sh, sw) = self.kernel_size, self.dilation, strides
+        x = jnp.pad(x, ((0, 0),) + tuple(pads) + ((0, 0),))
+        n, h, wd, c = x.shape
+        out_h = (h - (kh - 1) * dh - 1) // sh + 1
+        out_w = (wd - (kw - 1) * dw - 1) // sw + 1
+        if out_h < 1 or out_w < 1:
+            raise ValueError(f"the (padded) input of {h}x{wd} pixels is smaller than the dilated "
+                             f"kernel {(kh - 1) * dh + 1}x{(kw - 1) * dw + 1}")
+        taps = [x[:, i * dh:i * dh + (out_h - 1) * sh + 1:sh, j * dw:j * dw + (out_w - 1) * sw + 1:sw, :]
+                for i in range(kh) for j in range(kw)]
+        columns = jnp.concatenate(taps, axis=-1)  # (n, out_h, out_w, taps * C)
+        return self._matmul(columns, w.astype(x.dtype).reshape(self._matmul.w_shape))
+
+
+class BlockSparseConv(_ConvBase):
+    """NHWC convolution with a channel-block-sparse kernel.
+
+    Args:
+      layout: (C // bs, K // bs) channel-block layout, shared by all filter taps.
+      block_size: 8, 16, 32 or 64.
+      kernel_size, strides, dilation: int or pair.
+      padding: "SAME", "VALID" or explicit ((top, bottom), (left, right)).
+    """
+
+    def __call__(self, x, w):
+        x, w = self._check_x(x), self._check_w(w)
+        if isinstance(self.padding, str):
+            dilated = tuple((k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation))
+            pads = lax.padtype_to_pads(x.shape[1:3], dilated, self.strides, self.padding)
+        else:
+            pads = self.padding
+        return self._stride1_conv(x, w, pads, self.strides)
+
+    def __repr__(self):
+        return (f"BlockSparseConv(C={self.features[0]}, K={self.features[1]}, kernel_size={self.kernel_size}, "
+                f"strides={self.strides}, padding={self.padding!r}, dilation={self.dilation}, "
+                f"block_size={self.block_size}, nnz={self.nnz})")
+
+
+def _transpose_padding(kernel: int, stride: int, padding: str) -> tuple[int, int]:
+    """Padding of the stride-1 conv over the stride-dilated input (as ``lax.conv_transpose``)."""
+    if padding == "SAME":
+        total = kernel + stride - 2
+        before = kernel - 1 if stride > kernel - 1 else int(np.ceil(total / 2))
+    else:  # VALID
+        total = kernel + stride - 2 + max(kernel - stride, 0)
+        before = kernel - 1
+    return before, total - before
+
+
+class BlockSparseConvTranspose(_ConvBase):
+    """Transposed convolution (fractionally strided), as ``lax.conv_transpose`` with an HWIO
+    kernel: the input is dilated by ``strides`` and convolved with stride 1. With "SAME" padding
+    the output is ``strides`` times the input size (PixelCNN++'s up-sampling)."""
+
+    def __call__(self, x, w):
+        x, w = self._check_x(x), self._check_w(w)
+        sh, sw = self.strides
+        n, h, wd, c = x.shape
+        dilated = jnp.zeros((n, (h - 1) * sh + 1, (wd - 1) * sw + 1, c), x.dtype).at[:, ::sh, ::sw].set(x)
+        if isinstance(self.padding, str):
+            pads = tuple(_transpose_padding((k - 1) * d + 1, s, self.padding)
+                         for k, d, s in zip(self.kernel_size, self.dilation, self.strides))
+        else:
+            pads = self.padding
+        return self._stride1_conv(dilated, w, pads, (1, 1))

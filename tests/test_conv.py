@@ -1,0 +1,115 @@
+"""BlockSparseConv / BlockSparseConvTranspose against lax convolutions of the dense HWIO kernel."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import jbs
+from helpers import awkward_layout, f64, random_array, rel_error, tolerance
+
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+def dense_conv(conv, x, kernel):
+    padding = conv.padding if isinstance(conv.padding, str) else conv.padding
+    return lax.conv_general_dilated(x, kernel, conv.strides, padding, rhs_dilation=conv.dilation,
+                                    dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+
+
+def dense_conv_transpose(conv, x, kernel):
+    return lax.conv_transpose(x, kernel, conv.strides, conv.padding, rhs_dilation=conv.dilation,
+                              dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+
+
+def f64_reference(reference, conv, x, w):
+    """The dense convolution in float64 (x64 off: float32 with HIGHEST on float64-exact inputs is
+    within float32 rounding of float64)."""
+    return f64(reference(conv, jnp.asarray(x, jnp.float32), conv.to_dense(jnp.asarray(w, jnp.float32))))
+
+
+CASES = [  # kernel_size, strides, padding, dilation
+    ((1, 1), 1, "SAME", 1), ((3, 3), 1, "SAME", 1), ((3, 3), 2, "SAME", 1), ((2, 3), 1, ((1, 0), (2, 0)), 1),
+    ((2, 2), 1, ((1, 0), (1, 0)), 1), ((2, 1), 1, ((1, 0), (0, 0)), 1), ((1, 3), 1, ((0, 0), (1, 1)), 1),
+    ((5, 5), 1, "VALID", 1), ((3, 2), 2, "VALID", 1), ((3, 3), 1, "SAME", 2), ((2, 3), 2, ((1, 1), (0, 2)), 2),
+]
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation", CASES)
+def test_conv_matches_dense(rng, kernel_size, strides, padding, dilation):
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 3, 4), 8, kernel_size, strides, padding, dilation,
+                               precision="highest")
+    assert conv.w_shape == kernel_size + (conv.nnz, 8, 8)
+    x = random_array(rng, (2, 11, 9, 24), jnp.float32)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    y = jax.jit(conv)(x, w)
+    assert rel_error(y, f64_reference(dense_conv, conv, x, w)) < tolerance(jnp.float32, "highest")
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding", [((2, 2), 2, "SAME"), ((3, 3), 2, "SAME"),
+                                                         ((2, 3), 2, "VALID"), ((3, 3), 1, "SAME"),
+                                                         ((2, 2), 2, ((1, 1), (0, 1)))])
+def test_conv_transpose_matches_dense(rng, kernel_size, strides, padding):
+    conv = jbs.BlockSparseConvTranspose(awkward_layout(rng, 2, 3), 16, kernel_size, strides, padding,
+                                        precision="highest")
+    x = random_array(rng, (2, 5, 6, 32), jnp.float32)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    y = conv(x, w)
+    if padding == "SAME":
+        assert y.shape[1:3] == (5 * conv.strides[0], 6 * conv.strides[1])
+    assert rel_error(y, f64_reference(dense_conv_transpose, conv, x, w)) < tolerance(jnp.float32, "highest")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
+def test_conv_dtypes_and_block_sizes(rng, dtype, bs):
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 2, 3), bs, (2, 3), padding=((1, 0), (1, 1)))
+    x = random_array(rng, (2, 7, 5, 2 * bs), dtype)
+    w = random_array(rng, conv.w_shape, dtype)
+    y = conv(x, w)
+    assert y.dtype == dtype and y.shape == (2, 7, 5, 3 * bs)
+    assert rel_error(y, f64_reference(dense_conv, conv, x, w)) < tolerance(dtype)
+
+
+def test_conv_grads_vmap_and_jvp(rng):
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 3, 2), 8, (3, 3), 2, "SAME", precision="highest")
+    dense = lambda x, w: dense_conv(conv, x, conv.to_dense(w))
+    x = random_array(rng, (2, 9, 8, 24), jnp.float32)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    g = random_array(rng, conv(x, w).shape, jnp.float32)
+    loss = lambda op: jax.grad(lambda x, w: jnp.sum(jnp.tanh(op(x, w)) * g), argnums=(0, 1))
+    for a, b in zip(jax.jit(loss(conv))(x, w), loss(dense)(x, w)):
+        assert rel_error(a, f64(b)) < 2e-5
+    ws = random_array(rng, (3,) + conv.w_shape, jnp.float32)
+    assert rel_error(jax.vmap(conv, in_axes=(None, 0))(x, ws), f64(jax.vmap(dense, in_axes=(None, 0))(x, ws))) < 2e-5
+    tangents = (random_array(rng, x.shape, jnp.float32), random_array(rng, w.shape, jnp.float32))
+    assert rel_error(jax.jvp(conv, (x, w), tangents)[1], f64(jax.jvp(dense, (x, w), tangents)[1])) < 2e-5
+
+
+def test_conv_packing_and_errors(rng):
+    layout = awkward_layout(rng, 3, 4)
+    conv = jbs.BlockSparseConv(layout, 8, 3)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    kernel = conv.to_dense(w)
+    assert kernel.shape == (3, 3, 24, 32)
+    np.testing.assert_array_equal(conv.from_dense(kernel), w)
+    assert conv == jbs.BlockSparseConv(layout.astype(int), 8, (3, 3)) and hash(conv) == hash(jbs.BlockSparseConv(layout, 8, 3))
+    with pytest.raises(ValueError, match=r"x must be NHWC with 24 channels.*got \(2, 5, 5, 16\)"):
+        conv(jnp.ones((2, 5, 5, 16)), w)
+    with pytest.raises(ValueError, match=r"x must be NHWC"):
+        conv(jnp.ones((5, 5, 24)), w)
+    with pytest.raises(TypeError, match=r"x must have dtype"):
+        conv(jnp.ones((2, 5, 5, 24), jnp.int32), w)
+    with pytest.raises(ValueError, match=r"w must have shape w_shape=\(3, 3, "):
+        conv(jnp.ones((2, 5, 5, 24)), w[:2])
+    with pytest.raises(ValueError, match="padding must be"):
+        jbs.BlockSparseConv(layout, 8, 3, padding="FULL")
+    with pytest.raises(ValueError, match="explicit padding must be two non-negative"):
+        jbs.BlockSparseConv(layout, 8, 3, padding=((1, -1), (0, 0)))
+    with pytest.raises(ValueError, match="strides must be >= 1"):
+        jbs.BlockSparseConv(layout, 8, 3, strides=0)
+    with pytest.raises(TypeError, match="kernel_size must be an int or a pair"):
+        jbs.BlockSparseConv(layout, 8, (3, 3, 3))
+    with pytest.raises(ValueError, match="smaller than the dilated kernel"):
+        jbs.BlockSparseConv(layout, 8, 5, padding="VALID")(jnp.ones((1, 3, 3, 24)), random_array(rng, (5, 5, conv.nnz, 8, 8), jnp.float32))
