@@ -21,7 +21,9 @@ import jax.numpy as jnp
 import jbs
 from jbs.bench import cases as cases_lib
 from jbs.bench import report, timing
-from jbs.bench.runners import RUNNERS
+from jbs.bench.runners import CONV_RUNNERS, RUNNERS
+
+DENSITY_FREE = ("block_size", "density")  # the dense peer's time does not depend on them
 
 
 def _peers_for(case, full: bool) -> list[str]:
@@ -47,6 +49,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default=",".join(cases_lib.OPS), help="comma list of forward,dx,dw,step")
     parser.add_argument("--out", default="benchmarks/results", help="folder for JSON, markdown and PNG")
     parser.add_argument("--no-peers", action="store_true", help="time jbs alone")
+    parser.add_argument("--suite", choices=("all", "matmul", "conv"), default="all",
+                        help="matmul (seed and compute-bound shapes), conv (PixelCNN++ shapes) or all")
     parser.add_argument("--only", default=None,
                         help="keep the cases where this Python expression over the case fields "
                              "(op, dtype, n, c, k, block_size, density) is true, e.g. "
@@ -60,42 +64,54 @@ def main(argv=None) -> int:
     info = jbs.backend_info()
     print(info, flush=True)
     on_gpu = info.gpu_present and info.cuda_kernels
-    if on_gpu:
-        sweep = cases_lib.full_cases(ops) if args.full else cases_lib.quick_cases(ops)
-    else:
+    sweep = []
+    if args.suite in ("all", "matmul"):
+        cases = ((cases_lib.full_cases(ops) if args.full else cases_lib.quick_cases(ops)) if on_gpu
+                 else cases_lib.cpu_cases(ops))
+        sweep += [("matmul", case) for case in cases]
+    if args.suite in ("all", "conv"):
+        conv_ops = tuple(op for op in ops if op != "step")
+        cases = (cases_lib.conv_cases(args.full, conv_ops) if on_gpu else
+                 [cases_lib.ConvCase(op, "float32", 4, 8, 64, 64, (3, 3), 16, 0.25) for op in conv_ops])
+        sweep += [("conv", case) for case in cases]
+    if not on_gpu:
         print("\nNo GPU kernels here: timing the reference path at a small size. "
               "Kernel timings need a CUDA GPU.\n", flush=True)
-        sweep = cases_lib.cpu_cases(ops)
-
     if args.only:
-        sweep = [case for case in sweep if eval(args.only, {}, dict(case.__dict__))]  # noqa: S307
+        sweep = [(suite, case) for suite, case in sweep if eval(args.only, {}, dict(case.__dict__))]  # noqa: S307
         print(f"--only {args.only!r}: {len(sweep)} cases", flush=True)
 
     copy_bw = timing.measure_copy_bandwidth(2**30 if on_gpu else 2**26)
     dense_size = 8192 if on_gpu else 1024
-    rates = {dt: timing.measure_dense_rate(jnp.dtype(dt), dense_size) for dt in {c.dtype for c in sweep}}
+    rates = {dt: timing.measure_dense_rate(jnp.dtype(dt), dense_size) for dt in {c.dtype for _, c in sweep}}
     print(f"copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write); dense matmul "
           + ", ".join(f"{dt} {r / 1e12:.1f} TFLOP/s" for dt, r in rates.items()), flush=True)
 
     use_torch = on_gpu and not args.no_peers and _torch_usable()
     records = []
     started = time.time()
-    for index, case in enumerate(sweep, 1):
+    dense_times = {}
+    for index, (suite, case) in enumerate(sweep, 1):
         floor = case.floor_us(copy_bw, rates[case.dtype])
-        impls = ["jbs"] + ([] if args.no_peers else _peers_for(case, args.full))
+        impls = ["jbs"] + ([] if args.no_peers else _peers_for(case, args.full) if suite == "matmul" else ["xla_dense"])
+        runners = RUNNERS if suite == "matmul" else CONV_RUNNERS
         for impl in impls:
             if impl == "torch_bsr" and not use_torch:
                 continue
+            cache_key = (suite, impl) + tuple(v for k, v in case.__dict__.items() if k not in DENSITY_FREE)
             try:
-                us = RUNNERS[impl](case)
+                if impl == "xla_dense" and cache_key in dense_times:
+                    us = dense_times[cache_key]
+                else:
+                    us = dense_times[cache_key] = runners[impl](case)
             except Exception as error:  # noqa: BLE001 - a failing peer must not stop the sweep
                 print(f"  {impl} failed on {case}: {type(error).__name__}: {error}"[:300], flush=True)
                 continue
-            records.append({**case.__dict__, "impl": impl, "us": us, "floor_us": floor,
-                            "bytes": case.bytes(), "flops": case.flops(),
+            records.append({**case.__dict__, "suite": suite, "impl": impl, "us": us, "floor_us": floor,
+                            "bytes": case.bytes() if impl == "jbs" else None, "flops": case.flops(),
                             "tflops": case.flops() / us * 1e-6})
         elapsed = time.time() - started
-        print(f"[{index}/{len(sweep)} {elapsed:5.0f}s] {case.op} {case.dtype} n={case.n} "
+        print(f"[{index}/{len(sweep)} {elapsed:5.0f}s] {suite} {case.op} {case.dtype} n={case.n} "
               f"bs={case.block_size} density={case.density:.4g}", flush=True)
 
     meta = {"device": str(jax.devices()[0].device_kind), "date": datetime.date.today().isoformat(),
@@ -104,7 +120,7 @@ def main(argv=None) -> int:
             "copy_bytes_per_s": copy_bw, "dense_flops_per_s": rates}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "matmul_gpu" if on_gpu else "matmul_cpu_reference"
+    stem = f"{args.suite}_gpu" if on_gpu else f"{args.suite}_cpu_reference"
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     table = report.markdown(meta, records)
     (out / f"{stem}.md").write_text(table)

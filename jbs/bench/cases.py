@@ -76,3 +76,45 @@ def full_cases(ops=OPS) -> list[Case]:
 def cpu_cases(ops=OPS) -> list[Case]:
     """A small size the reference path finishes quickly on a CPU."""
     return [Case(op, "float32", 32, 1024, 1024, 32, d) for op, d in itertools.product(ops, (1, 1 / 8))]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvCase:
+    """A block-sparse NHWC convolution, stride 1, SAME padding (PixelCNN++-like shapes)."""
+
+    op: str
+    dtype: str
+    n: int          # batch
+    size: int       # image height = width
+    c: int
+    k: int
+    kernel: tuple   # (kh, kw)
+    block_size: int
+    density: float
+
+    itemsize = Case.itemsize
+    nnz = Case.nnz
+
+    def weight_bytes(self) -> int:
+        return self.kernel[0] * self.kernel[1] * self.nnz() * self.block_size**2 * self.itemsize
+
+    def bytes(self) -> int:
+        pixels = self.n * self.size * self.size
+        return (pixels * (self.c + self.k)) * self.itemsize + self.weight_bytes()
+
+    def flops(self) -> int:
+        taps = self.kernel[0] * self.kernel[1]
+        return 2 * self.n * self.size * self.size * taps * self.nnz() * self.block_size**2
+
+    floor_us = Case.floor_us
+
+
+def conv_cases(full: bool = False, ops=("forward", "dx", "dw")) -> list[ConvCase]:
+    """Batch 64, PixelCNN++ kernels (2x3, 2x2, 3x3, 1x1), bf16. Quick: 32x32 images, 320
+    channels, densities 1/2..1/8. Full: 32x32 and 16x16, 160 and 640 channels, densities 1..1/16."""
+    if full:
+        grid = itertools.product(ops, (32, 16), (160, 640), ((2, 3), (2, 2), (3, 3), (1, 1)), (32, 16),
+                                 (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16))
+    else:
+        grid = itertools.product(ops, (32,), (320,), ((2, 3), (3, 3), (1, 1)), (32, 16), (1 / 2, 1 / 4, 1 / 8))
+    return [ConvCase(op, "bfloat16", 64, size, ch, ch, kernel, bs, d) for op, size, ch, kernel, bs, d in grid]

@@ -1,43 +1,61 @@
-"""The benchmark's markdown table and its speed-up plot."""
+"""The benchmark's markdown tables and its speed-up plot."""
 
 from __future__ import annotations
 
 import pathlib
 
-KEY = ("op", "dtype", "n", "c", "k", "block_size", "density")
+RESULT_FIELDS = {"impl", "us", "floor_us", "bytes", "flops", "tflops", "suite"}
+
+
+def _case_key(record):
+    return tuple((k, str(v)) for k, v in record.items() if k not in RESULT_FIELDS)
 
 
 def _by_case(records):
     cases = {}
     for r in records:
-        cases.setdefault(tuple(r[k] for k in KEY), {})[r["impl"]] = r
+        cases.setdefault(_case_key(r), {})[r["impl"]] = r
     return cases
 
 
+def _shape(r) -> str:
+    if r.get("suite") == "conv":
+        return f"{r['n']}x{r['size']}x{r['size']}, {r['c']}->{r['k']}, {r['kernel'][0]}x{r['kernel'][1]}"
+    return f"{r['n']} x {r['c']} -> {r['k']}"
+
+
 def markdown(meta: dict, records: list[dict]) -> str:
-    lines = [f"# jbs matmul benchmark: {meta['device']}, {meta['date']}", "",
+    lines = [f"# jbs benchmark: {meta['device']}, {meta['date']}", "",
              f"Command: `{meta['command']}`; jax {meta['jax']}; GPU kernels: {meta['gpu_kernels']}. "
-             f"Floor = max(bytes / {meta['copy_bytes_per_s'] / 1e9:.1f} GB/s copy, "
-             "useful FLOPs / dense matmul rate), both measured in this run.", "",
-             "| op | dtype | n | c x k | bs | density | jbs us | floor us | jbs/floor | jbs TFLOP/s "
-             "| dense us | x dense | torch BSR us | x torch | BCSR us |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for key, impls in _by_case(records).items():
-        op, dtype, n, c, k, bs, density = key
+             f"Floor = max(bytes / {meta['copy_bytes_per_s'] / 1e9:.1f} GB/s copy, useful FLOPs / dense "
+             f"matmul rate ({', '.join(f'{k} {v / 1e12:.0f} TFLOP/s' for k, v in meta['dense_flops_per_s'].items())}"
+             "), both measured in this run. Useful FLOPs count nonzero blocks only. "
+             "'x dense' and 'x torch' are speed-ups of jbs over them (>1: jbs faster); "
+             "'% dense rate' is jbs's useful TFLOP/s over the dense op's TFLOP/s in this run.", "",
+             "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | jbs TFLOP/s "
+             "| dense us | x dense | % dense rate | torch BSR us | x torch | BCSR us |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for impls in _by_case(records).values():
         ours = impls.get("jbs")
         if ours is None:
             continue
+        dense = impls.get("xla_dense")
         cell = lambda impl: f"{impls[impl]['us']:.1f}" if impl in impls else "-"
         ratio = lambda impl: f"{impls[impl]['us'] / ours['us']:.2f}" if impl in impls else "-"
-        lines.append(f"| {op} | {dtype} | {n} | {c}x{k} | {bs} | 1/{1 / density:.0f} | {ours['us']:.1f} "
+        dense_rate = "-"
+        if dense:
+            dense_tflops = dense["flops"] / ours["density"] / dense["us"] * 1e-6 if ours["density"] else 0
+            dense_rate = f"{100 * ours['tflops'] / dense_tflops:.0f}%" if dense_tflops else "-"
+        lines.append(f"| {ours.get('suite', 'matmul')} | {ours['op']} | {ours['dtype']} | {_shape(ours)} "
+                     f"| {ours['block_size']} | 1/{1 / ours['density']:.0f} | {ours['us']:.1f} "
                      f"| {ours['floor_us']:.1f} | {ours['us'] / ours['floor_us']:.2f} | {ours['tflops']:.0f} "
-                     f"| {cell('xla_dense')} | {ratio('xla_dense')} | {cell('torch_bsr')} | {ratio('torch_bsr')} "
-                     f"| {cell('jax_bcsr')} |")
+                     f"| {cell('xla_dense')} | {ratio('xla_dense')} | {dense_rate} | {cell('torch_bsr')} "
+                     f"| {ratio('torch_bsr')} | {cell('jax_bcsr')} |")
     return "\n".join(lines) + "\n"
 
 
 def plot(records: list[dict], path: pathlib.Path) -> None:
-    """Speed-up over the dense dot against density, forward op, one line per (dtype, n, bs)."""
+    """Speed-up over the dense op against density, forward op, one line per configuration."""
     try:
         import matplotlib  # noqa: PLC0415
         matplotlib.use("Agg")
@@ -46,25 +64,24 @@ def plot(records: list[dict], path: pathlib.Path) -> None:
         print("matplotlib is not installed: no plot written (pip install matplotlib)")
         return
     lines = {}
-    for key, impls in _by_case(records).items():
-        op, dtype, n, c, k, bs, density = key
-        if op == "forward" and "jbs" in impls and "xla_dense" in impls:
-            lines.setdefault((dtype, n, c, bs), []).append(
-                (1 / density, impls["xla_dense"]["us"] / impls["jbs"]["us"]))
+    for impls in _by_case(records).values():
+        ours, dense = impls.get("jbs"), impls.get("xla_dense")
+        if ours and dense and ours["op"] == "forward":
+            label = f"{ours.get('suite', 'matmul')} {ours['dtype']}, {_shape(ours)}, bs={ours['block_size']}"
+            lines.setdefault(label, []).append((1 / ours["density"], dense["us"] / ours["us"]))
     if not lines:
         return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (dtype, n, c, bs), points in sorted(lines.items()):
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, points in sorted(lines.items()):
         points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                label=f"{dtype}, N={n}, {c}x{c}, bs={bs}")
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("1 / density")
-    ax.set_ylabel("speed-up over XLA dense dot")
-    ax.set_title("jbs block-sparse forward vs dense")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("speed-up over the XLA dense op")
+    ax.set_title("jbs block-sparse forward vs dense (same run)")
+    ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

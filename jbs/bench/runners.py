@@ -100,4 +100,38 @@ def run_torch_bsr(case: Case) -> float:
     return timing.time_torch_graph(bsr_dense_mm, sets)
 
 
+def _conv_padding(case):
+    """SAME-size output with PixelCNN++-style causal (top/left) padding."""
+    kh, kw = case.kernel
+    return ((kh - 1, 0), ((kw - 1) // 2, kw // 2))
+
+
+def run_jbs_conv(case) -> float:
+    layout = jbs.layouts.random(case.c // case.block_size, case.k // case.block_size, case.density, seed=0)
+    conv = jbs.BlockSparseConv(layout, case.block_size, case.kernel, padding=_conv_padding(case))
+    dt = jnp.dtype(case.dtype)
+
+    def make(key):
+        kx, kw, kg = jax.random.split(key, 3)
+        return (_data(kx, (case.n, case.size, case.size, case.c), dt), _data(kw, conv.w_shape, dt),
+                _data(kg, (case.n, case.size, case.size, case.k), dt))
+
+    return timing.time_chain(_apply(case.op, conv), _sets(case, make))
+
+
+def run_dense_conv(case) -> float:
+    """XLA's dense convolution (cuDNN) with the full HWIO kernel."""
+    dt = jnp.dtype(case.dtype)
+    conv = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), _conv_padding(case),
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def make(key):
+        kx, kw, kg = jax.random.split(key, 3)
+        return (_data(kx, (case.n, case.size, case.size, case.c), dt), _data(kw, case.kernel + (case.c, case.k), dt),
+                _data(kg, (case.n, case.size, case.size, case.k), dt))
+
+    return timing.time_chain(_apply(case.op, conv), _sets(case, make))
+
+
 RUNNERS = {"jbs": run_jbs, "xla_dense": run_dense, "jax_bcsr": run_bcsr, "torch_bsr": run_torch_bsr}
+CONV_RUNNERS = {"jbs": run_jbs_conv, "xla_dense": run_dense_conv}
