@@ -76,7 +76,8 @@ def test_identity_init_and_bad_init_name():
 
 def test_weight_norm_and_data_dependent_init(rng):
     layout = awkward_layout(rng, 4, 5)
-    layer = jbs.nn.BlockSparseLinear(32, 40, layout=layout, block_size=8, weight_norm=True, rngs=nnx.Rngs(1))
+    layer = jbs.nn.BlockSparseLinear(32, 40, layout=layout, block_size=8, weight_norm=True,
+                                     precision="highest", rngs=nnx.Rngs(1))
     norms = np.linalg.norm(f64(dense_kernel(layer)), axis=0)
     live = np.repeat(layout.any(axis=0), 8)
     np.testing.assert_allclose(norms[live], 1.0, rtol=1e-5)
@@ -293,10 +294,11 @@ def test_conv_layer_init_and_data_dependent_init(rng):
     y = np.asarray(layer(random_array(rng, (8, 12, 12, 160), jnp.float32)))[:, 1:-1, 1:-1]
     live = np.repeat(layout.any(axis=0), 16)
     assert 0.8 < y[..., live].var() < 1.2
-    wn = jbs.nn.BlockSparseConv(160, 160, (2, 2), layout=layout, block_size=16, weight_norm=True, rngs=nnx.Rngs(0))
+    wn = jbs.nn.BlockSparseConv(160, 160, (2, 2), layout=layout, block_size=16, weight_norm=True,
+                                precision="highest", rngs=nnx.Rngs(0))
     out = np.asarray(wn.data_dependent_init(random_array(rng, (8, 6, 6, 160), jnp.float32) * 2 + 1))
     np.testing.assert_allclose(out[..., live].reshape(-1, live.sum()).std(axis=0), 1.0, rtol=1e-3)
     delta = jbs.nn.BlockSparseConv(32, 32, 3, layout=np.eye(2), block_size=16, kernel_init="identity",
-                                   use_bias=False, rngs=nnx.Rngs(0))
+                                   use_bias=False, precision="highest", rngs=nnx.Rngs(0))
     x = random_array(rng, (1, 5, 5, 32), jnp.float32)
     np.testing.assert_allclose(delta(x), x, rtol=1e-6)

@@ -16,7 +16,8 @@ inline constexpr size_t kDefaultSmemLimit = 48 * 1024;
 template <typename Params>
 cudaError_t launch_kernel(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,
                           cudaStream_t stream, const Params& params) {
-  if (smem_bytes > kDefaultSmemLimit) {
+  // (with 1 KiB of slack: static __shared__ variables count towards the limit too)
+  if (smem_bytes + 1024 > kDefaultSmemLimit) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem_bytes));
     if (err != cudaSuccess) return err;

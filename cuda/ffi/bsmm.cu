@@ -27,6 +27,19 @@ constexpr int64_t kMaxGroups = 65535;  // gridDim.y limit
 
 using std::to_string;
 
+// Multiprocessor count of the current device (host attribute query: no sync,
+// legal during graph capture), cached per device.
+int num_sms() {
+  static int cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  if (dev >= 0 && dev < 64 && cached[dev] > 0) return cached[dev];
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+  if (dev >= 0 && dev < 64) cached[dev] = n;
+  return n;
+}
+
 // Checks dtype and rank of a data operand (x, w, dy or a result).
 ffi::Error check_data(const char* target, const std::string& name, const ffi::AnyBuffer& b,
                       ffi::DataType dtype, size_t rank, const char* layout) {
@@ -103,7 +116,9 @@ ffi::Error check_supported_dtype(const char* target, const std::string& name,
 ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
                        const ffi::AnyBuffer& in, const ffi::AnyBuffer& w,
                        const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
-                       ffi::AnyBuffer out, int32_t block_size, int32_t precision) {
+                       const ffi::AnyBuffer& chunks, const ffi::AnyBuffer& splits,
+                       ffi::AnyBuffer out, ffi::AnyBuffer scratch, int32_t block_size,
+                       int32_t precision) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
   const std::string out_name = transpose ? "result dx" : "result y";
   const char* in_layout = transpose ? "(G or 1, N, K)" : "(G or 1, N, C)";
@@ -119,6 +134,8 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   JBS_RETURN_IF_ERROR(check_index(target, "operand offsets", offsets, 1,
                                   transpose ? "(C/bs + 1,)" : "(K/bs + 1,)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(nnz, 2)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand chunks", chunks, 2, "(num_chunks, 4)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand splits", splits, 2, "(n_split + 1, 2)"));
   JBS_RETURN_IF_ERROR(check_data(target, out_name, out, dt, 3, out_layout));
 
   const int64_t bs = block_size;
@@ -173,6 +190,22 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
     return invalid(target, out_name + " shape " + shape_str(od) +
                                " needs more than 2^31-1 thread blocks");
   }
+  const int64_t num_chunks = chunks.dimensions()[0];
+  const int64_t n_split = splits.dimensions()[0] - 1;
+  if (chunks.dimensions()[1] != 4 || num_chunks < out_blocks || num_chunks > kMaxGridX) {
+    return invalid(target, "operand chunks has shape " + shape_str(chunks.dimensions()) +
+                               ", expected (num_chunks, 4) with out_blocks = " +
+                               to_string(out_blocks) + " <= num_chunks < 2^31");
+  }
+  if (splits.dimensions()[1] != 2 || n_split < 0 || n_split > num_chunks) {
+    return invalid(target, "operand splits has shape " + shape_str(splits.dimensions()) +
+                               ", expected (n_split + 1, 2) with n_split <= num_chunks");
+  }
+  const int64_t need_scratch = stream_scratch_bytes(rows, groups, n_split, bs);
+  if (static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
+    return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) +
+                               " bytes, the small-N path needs " + to_string(need_scratch));
+  }
   if (groups == 0 || rows == 0 || out_cols == 0) return ffi::Error::Success();
 
   BsmmBlocksArgs a;
@@ -191,6 +224,13 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   a.block_size = block_size;
   a.transpose_w = transpose;
   a.precise = precision == 1;
+  a.chunks = static_cast<const int32_t*>(chunks.untyped_data());
+  a.splits = static_cast<const int32_t*>(splits.untyped_data());
+  a.num_chunks = num_chunks;
+  a.n_split = n_split;
+  a.nnz = nnz;
+  a.scratch = scratch.untyped_data();
+  a.scratch_bytes = static_cast<int64_t>(scratch.size_bytes());
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -201,17 +241,21 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
 }
 
 ffi::Error BsmmFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-                       ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> y,
-                       int32_t block_size, int32_t precision) {
-  return bsmm_blocks("jbs_bsmm_fwd", /*transpose=*/false, stream, x, w, offsets, items, *y,
-                     block_size, precision);
+                       ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer chunks,
+                       ffi::AnyBuffer splits, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
+                       int32_t precision) {
+  return bsmm_blocks("jbs_bsmm_fwd", /*transpose=*/false, stream, x, w, offsets, items,
+                     chunks, splits, *y, *scratch, block_size, precision);
 }
 
 ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
-                      ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dx,
-                      int32_t block_size, int32_t precision) {
-  return bsmm_blocks("jbs_bsmm_dx", /*transpose=*/true, stream, dy, w, offsets, items, *dx,
-                     block_size, precision);
+                       ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer chunks,
+                       ffi::AnyBuffer splits, ffi::Result<ffi::AnyBuffer> dx,
+                       ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
+                       int32_t precision) {
+  return bsmm_blocks("jbs_bsmm_dx", /*transpose=*/true, stream, dy, w, offsets, items,
+                     chunks, splits, *dx, *scratch, block_size, precision);
 }
 
 ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
@@ -282,6 +326,7 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
   a.groups = groups;
   a.block_size = block_size;
   a.precise = precision == 1;
+  a.num_sms = num_sms();
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -301,7 +346,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmFwd, jbs::BsmmFwdImpl,
                                   .Arg<ffi::AnyBuffer>()  // w (G|1, nnz, bs, bs)
                                   .Arg<ffi::AnyBuffer>()  // offsets int32 (K/bs + 1)
                                   .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
+                                  .Arg<ffi::AnyBuffer>()  // chunks int32 (num_chunks, 4)
+                                  .Arg<ffi::AnyBuffer>()  // splits int32 (n_split + 1, 2)
                                   .Ret<ffi::AnyBuffer>()  // y (G, N, K)
+                                  .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
                                   .Attr<int32_t>("block_size")
                                   .Attr<int32_t>("precision"),
                               {ffi::Traits::kCmdBufferCompatible});
@@ -313,7 +361,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDx, jbs::BsmmDxImpl,
                                   .Arg<ffi::AnyBuffer>()  // w (G|1, nnz, bs, bs)
                                   .Arg<ffi::AnyBuffer>()  // offsets int32 (C/bs + 1)
                                   .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
+                                  .Arg<ffi::AnyBuffer>()  // chunks int32 (num_chunks, 4)
+                                  .Arg<ffi::AnyBuffer>()  // splits int32 (n_split + 1, 2)
                                   .Ret<ffi::AnyBuffer>()  // dx (G, N, C)
+                                  .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
                                   .Attr<int32_t>("block_size")
                                   .Attr<int32_t>("precision"),
                               {ffi::Traits::kCmdBufferCompatible});

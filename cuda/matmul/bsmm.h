@@ -34,6 +34,17 @@ struct BsmmBlocksArgs {
   int block_size = 0;
   bool transpose_w = false;  // false: fwd (x @ W), true: dx (dy @ W^T)
   bool precise = false;      // fp32 only: 3xTF32 instead of 1xTF32
+  // Small-N (rows <= kStreamMaxRows) path: chunks of output columns (see
+  // bsmm_stream_kernel.cuh). chunks (num_chunks, 4), splits (n_split + 1, 2).
+  const int32_t* chunks = nullptr;
+  const int32_t* splits = nullptr;
+  int64_t num_chunks = 0;
+  int64_t n_split = 0;
+  int64_t nnz = 0;  // items in the tables
+  // Scratch result (fp32): groups * n_split int counters (padded to 4), then
+  // groups * n_split * row_tile * block_size fp32 partials.
+  void* scratch = nullptr;
+  int64_t scratch_bytes = 0;
 };
 
 // Arguments of the dw kernel: dw[g, i] = x[g, :, c-block]^T @ dy[g, :, k-block]
@@ -53,6 +64,7 @@ struct BsmmDwArgs {
   int64_t groups = 1;
   int block_size = 0;
   bool precise = false;
+  int num_sms = 132;  // for sizing the small-N dw launch
 };
 
 // T is float, __nv_bfloat16 or __half; explicit instantiations live in
@@ -67,5 +79,16 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& args, cudaStream_t stream);
 // Upper bound on gridDim.x of the fwd/dx launch (output block columns times row
 // tiles at the smallest row tile), for the handlers' size checks.
 inline constexpr int kBsmmMinRowTile = 32;
+
+// Small-N fwd/dx/dw path (see bsmm_stream_kernel.cuh): rows <= this. The
+// scratch result of fwd/dx is sized by the same rule in jbs/_src/lowering.py.
+inline constexpr int64_t kStreamMaxRowsHost = 64;
+inline int64_t stream_row_tile_host(int64_t rows) { return rows <= 16 ? 16 : (rows <= 32 ? 32 : 64); }
+// Bytes of scratch the fwd/dx small-N path needs (0 when it does not split).
+inline int64_t stream_scratch_bytes(int64_t rows, int64_t groups, int64_t n_split, int64_t bs) {
+  if (rows < 1 || rows > kStreamMaxRowsHost || n_split == 0) return 0;
+  const int64_t counters = (groups * n_split + 3) / 4 * 4;
+  return 4 * (counters + groups * n_split * stream_row_tile_host(rows) * bs);
+}
 
 }  // namespace jbs

@@ -115,6 +115,10 @@ __global__ void __launch_bounds__(128) bsmm_blocks_kernel(const BlocksParams p) 
     if (beg + s < end) load_stage(s, __ldg(items + beg + s));
     cp_async_commit();
   }
+  // Indices of the item to issue are loaded one iteration ahead, so the load's
+  // latency hides behind a whole iteration instead of stalling the issue.
+  int2 next = make_int2(0, 0);
+  if (beg + kStages - 1 < end) next = __ldg(items + beg + kStages - 1);
 
   const int wm = warp % Cfg::kWarpsM;
   const int wn = warp / Cfg::kWarpsM;
@@ -127,11 +131,11 @@ __global__ void __launch_bounds__(128) bsmm_blocks_kernel(const BlocksParams p) 
     // Fetch the next item's indices before waiting so that global-load
     // latency overlaps the wait for the current stage.
     const int jn = j + kStages - 1;
-    int2 next = make_int2(0, 0);
-    if (jn < end) next = __ldg(items + jn);
+    const int2 cur = next;
+    if (jn + 1 < end) next = __ldg(items + jn + 1);
     cp_async_wait<kStages - 2>();  // stage of item j has landed (this thread)...
     __syncthreads();               // ...for all threads; and stage of j-1 is free
-    if (jn < end) load_stage(write_stage, next);
+    if (jn < end) load_stage(write_stage, cur);
     cp_async_commit();
 
     if (mma_warp) {

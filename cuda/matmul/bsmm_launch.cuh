@@ -4,6 +4,7 @@
 // for one T each so the kernels of the three dtypes compile in parallel.
 #pragma once
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/dispatch.cuh"
@@ -11,6 +12,7 @@
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
+#include "matmul/bsmm_stream_kernel.cuh"
 
 namespace jbs {
 
@@ -50,6 +52,54 @@ cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
                        Cfg::kSmemBytes, stream, p);
 }
 
+// Which variant of the small-N kernels: the 8-warp deep one (BIG) pays off when
+// CTAs have long item lists (a lone CTA must pull a long column fast); with
+// short lists the 4-warp, 3-CTAs-per-SM one wins (measured on an H200, see
+// benchmarks/NOTES.md). JBS_STREAM_BIG=0/1 forces a variant (diagnostics).
+inline int stream_big_env() {
+  static const int v = [] {
+    const char* e = std::getenv("JBS_STREAM_BIG");
+    return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
+  }();
+  return v;
+}
+inline bool stream_big(int64_t items, int64_t units) {
+  const int env = stream_big_env();
+  if (env >= 0) return env == 1;
+  return units > 0 && items >= 32 * units;
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool BIG>
+cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  using Cfg = StreamConfig<T, BS, TRANS, TN, BIG>;
+  StreamParams p;
+  p.in = a.in;
+  p.w = a.w;
+  p.items = a.items;
+  p.chunks = reinterpret_cast<const int4*>(a.chunks);
+  p.splits = a.splits;
+  p.out = a.out;
+  p.rows = a.rows;
+  p.in_cols = a.in_cols;
+  p.out_cols = a.out_cols;
+  p.in_group_stride = a.in_group_stride;
+  p.w_group_stride = a.w_group_stride;
+  p.out_group_stride = a.out_group_stride;
+  p.n_split = static_cast<int>(a.n_split);
+  p.counters = nullptr;
+  p.partials = nullptr;
+  if (a.n_split > 0) {
+    const int64_t counters = (a.groups * a.n_split + 3) / 4 * 4;
+    p.counters = static_cast<int*>(a.scratch);
+    p.partials = static_cast<float*>(a.scratch) + counters;
+    cudaError_t err = cudaMemsetAsync(a.scratch, 0, a.groups * a.n_split * sizeof(int), stream);
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(static_cast<unsigned>(a.num_chunks), static_cast<unsigned>(a.groups));
+  return launch_kernel(bsmm_stream_kernel<T, BS, TRANS, TN, PRECISE, BIG>, grid, dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
+}
+
 template <typename T>
 cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.out_cols <= 0 || a.groups <= 0) return cudaSuccess;
@@ -60,6 +110,20 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
+          const int64_t nnz_items = a.nnz;
+          switch (stream_row_tile_host(a.rows)) {
+            case 16:
+              return stream_big(nnz_items, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, 16, PRECISE, true>(a, stream)
+                                : launch_stream_variant<T, BS, TRANS, 16, PRECISE, false>(a, stream);
+            case 32:
+              return stream_big(nnz_items, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, 32, PRECISE, true>(a, stream)
+                                : launch_stream_variant<T, BS, TRANS, 32, PRECISE, false>(a, stream);
+            default:
+              return stream_big(nnz_items, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, 64, PRECISE, true>(a, stream)
+                                : launch_stream_variant<T, BS, TRANS, 64, PRECISE, false>(a, stream);
+          }
+        }
         switch (pick_row_tile<T, BS>(a.rows)) {
           case 32:
             return launch_blocks_variant<T, BS, TRANS, 32, PRECISE>(a, stream);
@@ -97,6 +161,36 @@ cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
                        stream, p);
 }
 
+template <typename T, int BS, int TN, bool PRECISE, bool BIG>
+cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
+  using Cfg = DwStreamConfig<T, BS, TN, BIG>;
+  DwStreamParams p;
+  p.x = a.x;
+  p.dy = a.dy;
+  p.items = a.items;
+  p.dw = a.dw;
+  p.rows = a.rows;
+  p.x_cols = a.x_cols;
+  p.dy_cols = a.dy_cols;
+  p.nnz = a.nnz;
+  p.x_group_stride = a.x_group_stride;
+  p.dy_group_stride = a.dy_group_stride;
+  p.dw_group_stride = a.dw_group_stride;
+  // Enough warps for ~4 CTAs per SM over the whole grid (groups included),
+  // each warp a run of 1..32 consecutive blocks.
+  const int64_t ctas_per_sm = BIG ? 1 : 4;
+  const int64_t warps_wanted = static_cast<int64_t>(a.num_sms) * ctas_per_sm * 2 * Cfg::kWarps;
+  const int64_t total = a.nnz * a.groups;
+  int64_t ipw = (total + warps_wanted - 1) / warps_wanted;
+  ipw = ipw < 1 ? 1 : (ipw > 32 ? 32 : ipw);
+  p.items_per_warp = static_cast<int>(ipw);
+  const int64_t per_cta = ipw * Cfg::kWarps;
+  const dim3 grid(static_cast<unsigned>((a.nnz + per_cta - 1) / per_cta),
+                  static_cast<unsigned>(a.groups));
+  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG>, grid, dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
+}
+
 template <typename T>
 cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
   // rows == 0 still launches: dw must be written (with zeros).
@@ -105,6 +199,19 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
     constexpr int BS = decltype(bs_c)::value;
     return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
       constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+      if (a.rows >= 1 && a.rows <= kStreamMaxRowsHost) {
+        switch (stream_row_tile_host(a.rows)) {
+          case 16:
+            return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) ? launch_dw_stream_variant<T, BS, 16, PRECISE, true>(a, stream)
+                              : launch_dw_stream_variant<T, BS, 16, PRECISE, false>(a, stream);
+          case 32:
+            return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) ? launch_dw_stream_variant<T, BS, 32, PRECISE, true>(a, stream)
+                              : launch_dw_stream_variant<T, BS, 32, PRECISE, false>(a, stream);
+          default:
+            return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) ? launch_dw_stream_variant<T, BS, 64, PRECISE, true>(a, stream)
+                              : launch_dw_stream_variant<T, BS, 64, PRECISE, false>(a, stream);
+        }
+      }
       return launch_dw_variant<T, BS, PRECISE>(a, stream);
     });
   });

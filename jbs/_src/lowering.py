@@ -6,7 +6,7 @@ import numpy as np
 import jax
 from jax.interpreters import mlir
 
-from jbs._src import extension, reference
+from jbs._src import extension, reference, sharding
 from jbs._src.primitives import bsmm_dw_p, bsmm_dx_p, bsmm_fwd_p
 from jbs._src.tables import Tables
 
@@ -27,13 +27,16 @@ _REFERENCE_TABLES = 5
 _STREAM_MAX_ROWS = 64
 
 
-def _stream_scratch_floats(rows: int, groups: int, n_split: int, bs: int) -> int:
-    """float32 elements of the fwd/dx scratch result (counters, then partial tiles)."""
-    if rows < 1 or rows > _STREAM_MAX_ROWS or n_split == 0:
+def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
+    """float32 elements of the fwd/dx scratch result (counters, then partial tiles).
+
+    Sized for the largest small-N row tile whatever the global row count: when the rows are
+    sharded over devices, each device's kernel sees only its own rows, which this lowering
+    cannot know. The handler accepts a larger scratch than it needs."""
+    if n_split == 0:
         return 1
-    row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
     counters = -(-groups * n_split // 4) * 4
-    return counters + groups * n_split * row_tile * bs
+    return counters + groups * n_split * _STREAM_MAX_ROWS * bs
 
 
 def _reference_rule(reference_fn):
@@ -45,7 +48,6 @@ def _reference_rule(reference_fn):
 def _cuda_rule(target, used_tables):
     """Calls the FFI target with the two data operands and only the tables it reads."""
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
-    ffi_rule = jax.ffi.ffi_lowering(target)
     is_dw = target == "jbs_bsmm_dw"
 
     def rule(ctx, *operands, precision):
@@ -55,8 +57,10 @@ def _cuda_rule(target, used_tables):
         if not is_dw:
             out = ctx.avals_out[0]
             splits = ctx.avals_in[2 + _TABLE_FIELDS.index(used_tables[3])]
-            floats = _stream_scratch_floats(out.shape[1], out.shape[0], splits.shape[0] - 1, block_size)
+            floats = _stream_scratch_floats(out.shape[0], splits.shape[0] - 1, block_size)
             avals_out.append(jax.core.ShapedArray((floats,), np.float32))
+        attributes = sharding.custom_call_attributes(avals_in, avals_out, rows_in_output=not is_dw)
+        ffi_rule = jax.ffi.ffi_lowering(target, extra_attributes=attributes)
         results = ffi_rule(ctx.replace(avals_in=avals_in, avals_out=avals_out),
                            *[operands[i] for i in keep],
                            block_size=np.int32(block_size), precision=np.int32(precision))

@@ -1,0 +1,414 @@
+// Memory-bound kernels for small N (N <= kStreamMaxRows): the whole N fits one
+// row tile, so every weight block is read exactly once and the game is keeping
+// enough bytes in flight per SM with as little synchronisation as possible.
+//
+// fwd / dx (bsmm_stream_kernel): CTA = one *chunk* of an output block column
+// (host table *_chunks: column, item begin, item end). Each warp walks items
+// w, w + NW, w + 2 NW, ... of the chunk through its *own* cp.async ring, so the
+// main loop has no __syncthreads, only __syncwarp. Item indices are fetched 32
+// at a time (one per lane), one batch ahead, and broadcast with shfl, so no
+// memory latency is exposed per item. At the end the NW warp partials are
+// summed in warp order. Columns longer than the host's chunk limit are split
+// into several chunks (the first n_split rows of the chunk table); each writes
+// an fp32 partial to scratch and the last-arriving chunk of a column (int
+// atomic counter, zeroed by the handler) sums the partials in chunk order and
+// writes the output. Every sum has a fixed order: bitwise deterministic.
+//
+// dw (bsmm_dw_stream_kernel): CTA = NW runs of consecutive nonzero blocks, one
+// run per warp; each warp streams (x tile, dy tile) pairs through its own ring
+// and writes each bs x bs result through a private staging tile as 16-byte
+// vectors. No cross-warp or cross-CTA interaction at all.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.cuh"
+#include "common/ptx.cuh"
+#include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
+#include "matmul/tile_io.cuh"
+#include "matmul/warp_mma.cuh"
+
+namespace jbs {
+
+struct StreamParams {
+  const void* in;
+  const void* w;
+  const int32_t* items;   // (nnz, 2): weight block, input block column
+  const int4* chunks;     // (num_chunks, 4): output column, item begin, item end, unused
+  const int32_t* splits;  // (n_split + 1, 2): per split chunk, (first chunk of its column, P)
+  void* out;
+  float* partials;  // groups * n_split * TN * BS floats
+  int* counters;    // groups * n_split ints (only the first chunk of a column is used)
+  int64_t rows;
+  int64_t in_cols;
+  int64_t out_cols;
+  int64_t in_group_stride;
+  int64_t w_group_stride;
+  int64_t out_group_stride;
+  int n_split;
+};
+
+// Per-warp shared-memory budget rule shared by both stream kernels.
+//  BIG = false: 4 warps, as many stages as fit ~72 KiB per CTA (3 CTAs per SM).
+//  BIG = true:  8 warps, as many stages as fit ~200 KiB per CTA (1 CTA per SM):
+//               fewer, deeper CTAs, so a CTA alone can pull a long column fast.
+// 2..8 stages; fewer warps per CTA when even 2 stages would not fit 200 KiB.
+constexpr int stream_target_warps(bool big) { return big ? 8 : 4; }
+constexpr int stream_stages(int stage_bytes, bool big) {
+  return cclamp((big ? 200 : 72) * 1024 / (stream_target_warps(big) * stage_bytes), 2, 8);
+}
+constexpr int stream_warps(int warp_bytes, bool big) {
+  int nw = stream_target_warps(big);
+  while (nw > 1 && nw * warp_bytes > 200 * 1024) nw /= 2;
+  return nw;
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool BIG>
+struct StreamConfig {
+  static_assert(TN == 16 || TN == 32 || TN == 64, "row tile");
+  static constexpr bool k16 = kIs16Bit<T>;
+  static constexpr int kMT = TN / 16;
+  static constexpr int kNT = BS / 8;
+  static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
+  // Same bank-conflict-free strides as BlocksConfig.
+  static constexpr int kLdX = k16 ? (BS == 8 ? 8 : BS + 8) : BS + 4;
+  static constexpr int kLdW = (k16 || !TRANS) ? (BS == 8 ? 8 : BS + 8) : BS + 4;
+  static constexpr int kStageElems = TN * kLdX + BS * kLdW;
+  static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kStages = stream_stages(kStageBytes, BIG);
+  static constexpr int kLdC = BS + 4;  // fp32 partial tile stride (float4 rows)
+  static constexpr int kPartBytes = TN * kLdC * 4;
+  static constexpr int kWarpBytes = cmax(kStages * kStageBytes, kPartBytes);
+  static constexpr int kWarps = stream_warps(kWarpBytes, BIG);
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kSmemBytes = kWarps * kWarpBytes;
+  static_assert(kWarpBytes % 16 == 0 && kStageBytes % 16 == 0, "16B alignment");
+};
+
+// Warp-cooperative async copy of a ROWS x COLS tile (row stride ld_src in
+// global memory, ld_dst in shared memory); rows >= valid_rows are zero-filled
+// (0 source bytes from a valid address).
+template <typename T, int ROWS, int COLS>
+__device__ __forceinline__ void warp_load_tile(T* dst, int ld_dst, const T* src, int64_t ld_src,
+                                               int valid_rows, int lane) {
+  load_tile_async<T, ROWS, COLS, 32>(dst, ld_dst, src, ld_src, valid_rows, lane);
+}
+
+// Lane l of the warp returns items[base + stride * (32 q + l)] for q = batch,
+// or (0, 0) past `count` entries.
+__device__ __forceinline__ int2 fetch_item_batch(const int2* items, int64_t base, int stride,
+                                                 int count, int batch, int lane) {
+  const int t = batch * 32 + lane;
+  if (t < count) return __ldg(items + base + static_cast<int64_t>(t) * stride);
+  return make_int2(0, 0);
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool BIG>
+__global__ void __launch_bounds__(StreamConfig<T, BS, TRANS, TN, BIG>::kThreads)
+    bsmm_stream_kernel(const StreamParams p) {
+  using Cfg = StreamConfig<T, BS, TRANS, TN, BIG>;
+  constexpr int S = Cfg::kStages;
+  constexpr int NW = Cfg::kWarps;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int s_last;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int chunk_id = blockIdx.x;
+  const int64_t g = blockIdx.y;
+  const int4 ch = __ldg(p.chunks + chunk_id);
+  const int o = ch.x;
+  const int beg = ch.y;
+  const int cnt = ch.z - ch.y;
+  const int valid_rows = static_cast<int>(p.rows);  // 1..TN
+
+  const T* const in = static_cast<const T*>(p.in) + g * p.in_group_stride;
+  const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
+  const int2* const items = reinterpret_cast<const int2*>(p.items);
+
+  T* const wsm = reinterpret_cast<T*>(smem_raw + warp * Cfg::kWarpBytes);
+  const int my_cnt = cnt > warp ? (cnt - warp + NW - 1) / NW : 0;
+  const int64_t my_base = static_cast<int64_t>(beg) + warp;
+
+  int2 bcur = fetch_item_batch(items, my_base, NW, my_cnt, 0, lane);
+  int2 bnxt = fetch_item_batch(items, my_base, NW, my_cnt, 1, lane);
+
+  auto issue = [&](int stage, int t) {
+    int2 it;
+    it.x = __shfl_sync(0xffffffffu, bcur.x, t & 31);
+    it.y = __shfl_sync(0xffffffffu, bcur.y, t & 31);
+    T* xs = wsm + stage * Cfg::kStageElems;
+    T* ws = xs + TN * Cfg::kLdX;
+    warp_load_tile<T, TN, BS>(xs, Cfg::kLdX, in + static_cast<int64_t>(it.y) * BS, p.in_cols,
+                              valid_rows, lane);
+    warp_load_tile<T, BS, BS>(ws, Cfg::kLdW, w + static_cast<int64_t>(it.x) * (BS * BS), BS, BS,
+                              lane);
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < my_cnt) issue(s, s);
+    cp_async_commit();
+  }
+
+  float acc[Cfg::kMT][Cfg::kNT][4] = {};
+  int read_stage = 0;
+  int write_stage = S - 1;
+  for (int t = 0; t < my_cnt; ++t) {
+    const int tl = t + S - 1;
+    cp_async_wait<S - 2>();
+    __syncwarp();
+    if (tl < my_cnt) {
+      if ((tl & 31) == 0) {
+        bcur = bnxt;
+        bnxt = fetch_item_batch(items, my_base, NW, my_cnt, (tl >> 5) + 1, lane);
+      }
+      issue(write_stage, tl);
+    }
+    cp_async_commit();
+    const T* xs = wsm + read_stage * Cfg::kStageElems;
+    const T* ws = xs + TN * Cfg::kLdX;
+#pragma unroll
+    for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
+      warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/false, /*B_KMAJOR=*/!TRANS,
+                    /*M_HALF=*/false, PRECISE>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW, 0, k0, lane);
+    }
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
+  }
+  cp_async_wait<0>();
+  __syncwarp();
+
+  // Each warp's fp32 partial goes to its own region, then all threads sum the
+  // NW partials in warp order.
+  float* const part = reinterpret_cast<float*>(smem_raw + warp * Cfg::kWarpBytes);
+  stage_acc<Cfg::kMT, Cfg::kNT, TN>(part, Cfg::kLdC, 0, 0, acc, lane);
+  __syncthreads();
+
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunksPerRow = BS / kVec;
+  const int total = valid_rows * kChunksPerRow;
+  const bool split = chunk_id < p.n_split;
+  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(o) * BS;
+
+  auto sum_warps = [&](int r, int c, float (&v)[kVec]) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] = 0.f;
+#pragma unroll
+    for (int q = 0; q < NW; ++q) {
+      const float* src = reinterpret_cast<const float*>(smem_raw + q * Cfg::kWarpBytes) +
+                         r * Cfg::kLdC + c;
+#pragma unroll
+      for (int e = 0; e < kVec; e += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(src + e);
+        v[e] += f.x;
+        v[e + 1] += f.y;
+        v[e + 2] += f.z;
+        v[e + 3] += f.w;
+      }
+    }
+  };
+  auto store_out = [&](int r, int c, const float (&v)[kVec]) {
+    alignas(16) T packed[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) packed[e] = from_float<T>(v[e]);
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * p.out_cols + c) =
+        *reinterpret_cast<const uint4*>(packed);
+  };
+
+  if (!split) {
+    for (int idx = tid; idx < total; idx += Cfg::kThreads) {
+      const int r = idx / kChunksPerRow;
+      const int c = (idx % kChunksPerRow) * kVec;
+      float v[kVec];
+      sum_warps(r, c, v);
+      store_out(r, c, v);
+    }
+    return;
+  }
+
+  // Split column: publish this chunk's partial, count arrivals; the last
+  // arrival sums all P partials of the column in chunk order.
+  const int2 sp = __ldg(reinterpret_cast<const int2*>(p.splits) + chunk_id);  // (first, P)
+  float* const parts = p.partials + (g * p.n_split) * (TN * BS);
+  float* const mine = parts + static_cast<int64_t>(chunk_id) * (TN * BS);
+  for (int idx = tid; idx < total; idx += Cfg::kThreads) {
+    const int r = idx / kChunksPerRow;
+    const int c = (idx % kChunksPerRow) * kVec;
+    float v[kVec];
+    sum_warps(r, c, v);
+#pragma unroll
+    for (int e = 0; e < kVec; e += 4) {
+      __stcg(reinterpret_cast<float4*>(mine + r * BS + c + e),
+             make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]));
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int prev = atomicAdd(p.counters + g * p.n_split + sp.x, 1);
+    s_last = prev == sp.y - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int idx = tid; idx < total; idx += Cfg::kThreads) {
+    const int r = idx / kChunksPerRow;
+    const int c = (idx % kChunksPerRow) * kVec;
+    float v[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] = 0.f;
+    for (int q = 0; q < sp.y; ++q) {
+      const float* src = parts + static_cast<int64_t>(sp.x + q) * (TN * BS) + r * BS + c;
+#pragma unroll
+      for (int e = 0; e < kVec; e += 4) {
+        const float4 f = __ldcg(reinterpret_cast<const float4*>(src + e));
+        v[e] += f.x;
+        v[e + 1] += f.y;
+        v[e + 2] += f.z;
+        v[e + 3] += f.w;
+      }
+    }
+    store_out(r, c, v);
+  }
+}
+
+// ----------------------------------------------------------------------------- dw
+
+struct DwStreamParams {
+  const void* x;
+  const void* dy;
+  const int32_t* items;  // (nnz, 2): c-block, k-block
+  void* dw;
+  int64_t rows;  // 1..TN
+  int64_t x_cols;
+  int64_t dy_cols;
+  int64_t nnz;
+  int64_t x_group_stride;
+  int64_t dy_group_stride;
+  int64_t dw_group_stride;
+  int items_per_warp;
+};
+
+template <typename T, int BS, int TN, bool BIG>
+struct DwStreamConfig {
+  static constexpr bool k16 = kIs16Bit<T>;
+  static constexpr bool kMHalf = BS == 8;
+  static constexpr int kMT = kMHalf ? 1 : BS / 16;
+  static constexpr int kNT = BS / 8;
+  static constexpr int kKStep = k16 ? 16 : 8;
+  static constexpr int kLd = BS == 8 ? 8 : BS + 8;  // k-major reads of both operands
+  static constexpr int kTileElems = TN * kLd;
+  static constexpr int kStageElems = 2 * kTileElems;
+  static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kStages = stream_stages(kStageBytes, BIG);
+  static constexpr int kLdC = BS + 4;
+  static constexpr int kOutBytes = BS * kLdC * 4;  // fp32 staging of one result block
+  static constexpr int kWarpBytes = kStages * kStageBytes + kOutBytes;
+  static constexpr int kWarps = stream_warps(kWarpBytes, BIG);
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kSmemBytes = kWarps * kWarpBytes;
+  static_assert(TN % kKStep == 0, "k steps");
+  static_assert(kStageBytes % 16 == 0 && kWarpBytes % 16 == 0, "16B alignment");
+};
+
+template <typename T, int BS, int TN, bool PRECISE, bool BIG>
+__global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG>::kThreads)
+    bsmm_dw_stream_kernel(const DwStreamParams p) {
+  using Cfg = DwStreamConfig<T, BS, TN, BIG>;
+  constexpr int S = Cfg::kStages;
+  constexpr int NW = Cfg::kWarps;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t g = blockIdx.y;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * NW + warp) * p.items_per_warp;
+  if (first >= p.nnz) return;  // warp-uniform; no CTA-wide barrier below
+  const int my_cnt = static_cast<int>(p.nnz - first < p.items_per_warp ? p.nnz - first
+                                                                       : p.items_per_warp);
+  const int valid_rows = static_cast<int>(p.rows);
+
+  const T* const x = static_cast<const T*>(p.x) + g * p.x_group_stride;
+  const T* const dy = static_cast<const T*>(p.dy) + g * p.dy_group_stride;
+  T* const dw = static_cast<T*>(p.dw) + g * p.dw_group_stride;
+  const int2* const items = reinterpret_cast<const int2*>(p.items);
+
+  T* const wsm = reinterpret_cast<T*>(smem_raw + warp * Cfg::kWarpBytes);
+  float* const cs = reinterpret_cast<float*>(smem_raw + warp * Cfg::kWarpBytes +
+                                             S * Cfg::kStageBytes);
+
+  int2 bcur = fetch_item_batch(items, first, 1, my_cnt, 0, lane);
+  int2 bnxt = fetch_item_batch(items, first, 1, my_cnt, 1, lane);
+
+  auto issue = [&](int stage, int t) {
+    int2 it;
+    it.x = __shfl_sync(0xffffffffu, bcur.x, t & 31);
+    it.y = __shfl_sync(0xffffffffu, bcur.y, t & 31);
+    T* xs = wsm + stage * Cfg::kStageElems;
+    T* ds = xs + Cfg::kTileElems;
+    warp_load_tile<T, TN, BS>(xs, Cfg::kLd, x + static_cast<int64_t>(it.x) * BS, p.x_cols,
+                              valid_rows, lane);
+    warp_load_tile<T, TN, BS>(ds, Cfg::kLd, dy + static_cast<int64_t>(it.y) * BS, p.dy_cols,
+                              valid_rows, lane);
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < my_cnt) issue(s, s);
+    cp_async_commit();
+  }
+
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunksPerRow = BS / kVec;
+  constexpr int kChunks = BS * kChunksPerRow;
+
+  int read_stage = 0;
+  int write_stage = S - 1;
+  for (int t = 0; t < my_cnt; ++t) {
+    const int tl = t + S - 1;
+    cp_async_wait<S - 2>();
+    __syncwarp();
+    if (tl < my_cnt) {
+      if ((tl & 31) == 0) {
+        bcur = bnxt;
+        bnxt = fetch_item_batch(items, first, 1, my_cnt, (tl >> 5) + 1, lane);
+      }
+      issue(write_stage, tl);
+    }
+    cp_async_commit();
+    const T* xs = wsm + read_stage * Cfg::kStageElems;
+    const T* ds = xs + Cfg::kTileElems;
+    float acc[Cfg::kMT][Cfg::kNT][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < TN; k0 += Cfg::kKStep) {
+      warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/true, /*B_KMAJOR=*/true,
+                    Cfg::kMHalf, PRECISE>(acc, xs, Cfg::kLd, 0, ds, Cfg::kLd, 0, k0, lane);
+    }
+    stage_acc<Cfg::kMT, Cfg::kNT, BS>(cs, Cfg::kLdC, 0, 0, acc, lane);
+    __syncwarp();
+    T* const out = dw + (first + t) * (BS * BS);
+#pragma unroll
+    for (int idx = lane; idx < kChunks; idx += 32) {
+      const int r = idx / kChunksPerRow;
+      const int c = (idx % kChunksPerRow) * kVec;
+      alignas(16) T packed[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; e += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(cs + r * Cfg::kLdC + c + e);
+        packed[e] = from_float<T>(f.x);
+        packed[e + 1] = from_float<T>(f.y);
+        packed[e + 2] = from_float<T>(f.z);
+        packed[e + 3] = from_float<T>(f.w);
+      }
+      *reinterpret_cast<uint4*>(out + r * BS + c) = *reinterpret_cast<const uint4*>(packed);
+    }
+    __syncwarp();
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace jbs
