@@ -42,11 +42,15 @@ def _check_padding(padding):
         if padding.upper() not in ("SAME", "VALID"):
             raise ValueError(f"padding must be 'SAME', 'VALID' or ((lo, hi), (lo, hi)), got {padding!r}")
         return padding.upper()
+    is_int = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
     try:
-        pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+        pads = tuple((lo, hi) for lo, hi in padding)
     except (TypeError, ValueError):
         raise ValueError(f"padding must be 'SAME', 'VALID' or ((lo, hi), (lo, hi)), got {padding!r}") from None
-    if len(pads) != 2 or min(min(p) for p in pads) < 0:
+    if len(pads) != 2 or not all(is_int(v) for pair in pads for v in pair):
+        raise ValueError(f"explicit padding must be two (lo, hi) pairs of ints, got {padding!r}")
+    pads = tuple((int(lo), int(hi)) for lo, hi in pads)
+    if min(min(p) for p in pads) < 0:
         raise ValueError(f"explicit padding must be two non-negative (lo, hi) pairs, got {padding!r}")
     return pads
 
@@ -102,6 +106,7 @@ class _ConvBase:
 
     def _check_w(self, w, allow_batch=False):
         w = jnp.asarray(w)
+        validation.check_weight_dtype("w", w.dtype)
         ok = w.shape[-5:] == self.w_shape if allow_batch else w.shape == self.w_shape
         if not ok:
             raise ValueError(f"w must have shape w_shape={self.w_shape}; got {w.shape}")

@@ -37,6 +37,8 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
     distribution: "truncated_normal" (cut at 2 std, rescaled), "normal" or "uniform".
     """
     layout, block_size, rows, cols = _packed_geometry(layout, block_size)
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale!r}")
     if distribution not in ("truncated_normal", "normal", "uniform"):
         raise ValueError(f"distribution must be 'truncated_normal', 'normal' or 'uniform', got {distribution!r}")
     fan_in = layout.sum(axis=0)[cols] * block_size  # (nnz,) fan-in of the block's output units

@@ -15,6 +15,12 @@ def _check_positive(name, value):
     return int(value)
 
 
+def _check_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int (layouts are deterministic), got {seed!r}")
+    return int(seed)
+
+
 def _check_density(density):
     if not 0.0 < float(density) <= 1.0:
         raise ValueError(f"density must be in (0, 1], got {density!r}")
@@ -25,7 +31,7 @@ def random(rows: int, cols: int, density: float, *, seed: int) -> np.ndarray:
     """Uniformly random layout with exactly ``max(1, round(density * rows * cols))`` blocks."""
     rows, cols = _check_positive("rows", rows), _check_positive("cols", cols)
     count = max(1, round(_check_density(density) * rows * cols))
-    chosen = np.random.default_rng(seed).choice(rows * cols, size=count, replace=False)
+    chosen = np.random.default_rng(_check_seed(seed)).choice(rows * cols, size=count, replace=False)
     layout = np.zeros(rows * cols, dtype=bool)
     layout[chosen] = True
     return layout.reshape(rows, cols)
@@ -46,18 +52,20 @@ def barabasi_albert(n: int, m: int, *, seed: int) -> np.ndarray:
     n, m = _check_positive("n", n), _check_positive("m", m)
     if m >= n:
         raise ValueError(f"barabasi_albert needs m < n, got m={m}, n={n}")
-    return _graph_layout(nx.barabasi_albert_graph(n, m, seed=seed), n)
+    return _graph_layout(nx.barabasi_albert_graph(n, m, seed=_check_seed(seed)), n)
 
 
 def watts_strogatz(n: int, k: int, p: float, *, seed: int) -> np.ndarray:
     """Small-world layout (n x n): a ring of n blocks each linked to its k nearest neighbours,
     each link rewired with probability p."""
     n, k = _check_positive("n", n), _check_positive("k", k)
+    if k % 2:
+        raise ValueError(f"watts_strogatz needs an even k (k/2 neighbours on each side), got k={k}")
     if k >= n:
         raise ValueError(f"watts_strogatz needs k < n, got k={k}, n={n}")
     if not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p!r}")
-    return _graph_layout(nx.watts_strogatz_graph(n, k, float(p), seed=seed), n)
+    return _graph_layout(nx.watts_strogatz_graph(n, k, float(p), seed=_check_seed(seed)), n)
 
 
 def block_diagonal(num_groups: int, group_rows: int, group_cols: int | None = None) -> np.ndarray:

@@ -37,18 +37,19 @@ echo "== tests"
 (cd "$repo" && python3 -P -m pytest $tests_args -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -40)
 test_rc=${PIPESTATUS[0]}
 
+if [ $run_bench = 1 ]; then
+  echo "== bench"
+  eval "bench_argv=($bench_args)"  # keeps quoted arguments such as --only "n == 32" whole
+  (cd /tmp && python3 -m jbs.bench --out "$out" "${bench_argv[@]}" 2>&1 | tee "$out/bench.log" | tail -80)
+fi
 if [ $run_sanitize = 1 ]; then
   echo "== compute-sanitizer"
   for tool in memcheck racecheck; do
-    (cd "$repo" && compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
+    (cd "$repo" && timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all \
       python3 -P scripts/sanitize_sweep.py > "$out/sanitize_$tool.log" 2>&1); echo "$tool rc=$?"
     tail -5 "$out/sanitize_$tool.log"
   done
 fi
 
-if [ $run_bench = 1 ]; then
-  echo "== bench"
-  (cd /tmp && python3 -m jbs.bench --out "$out" $bench_args 2>&1 | tee "$out/bench.log" | tail -80)
-fi
 echo "tests rc=$test_rc"
 exit $test_rc

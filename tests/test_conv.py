@@ -13,8 +13,7 @@ DN = ("NHWC", "HWIO", "NHWC")
 
 
 def dense_conv(conv, x, kernel):
-    padding = conv.padding if isinstance(conv.padding, str) else conv.padding
-    return lax.conv_general_dilated(x, kernel, conv.strides, padding, rhs_dilation=conv.dilation,
+    return lax.conv_general_dilated(x, kernel, conv.strides, conv.padding, rhs_dilation=conv.dilation,
                                     dimension_numbers=DN, precision=lax.Precision.HIGHEST)
 
 
@@ -47,12 +46,12 @@ def test_conv_matches_dense(rng, kernel_size, strides, padding, dilation):
     assert rel_error(y, f64_reference(dense_conv, conv, x, w)) < tolerance(jnp.float32, "highest")
 
 
-@pytest.mark.parametrize("kernel_size,strides,padding", [((2, 2), 2, "SAME"), ((3, 3), 2, "SAME"),
-                                                         ((2, 3), 2, "VALID"), ((3, 3), 1, "SAME"),
-                                                         ((2, 2), 2, ((1, 1), (0, 1)))])
-def test_conv_transpose_matches_dense(rng, kernel_size, strides, padding):
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation", [
+    ((2, 2), 2, "SAME", 1), ((3, 3), 2, "SAME", 1), ((2, 3), 2, "VALID", 1), ((3, 3), 1, "SAME", 1),
+    ((2, 2), 2, ((1, 1), (0, 1)), 1), ((3, 2), 2, "SAME", 2), ((2, 3), 1, "VALID", (2, 1))])
+def test_conv_transpose_matches_dense(rng, kernel_size, strides, padding, dilation):
     conv = jbs.BlockSparseConvTranspose(awkward_layout(rng, 2, 3), 16, kernel_size, strides, padding,
-                                        precision="highest")
+                                        dilation, precision="highest")
     x = random_array(rng, (2, 5, 6, 32), jnp.float32)
     w = random_array(rng, conv.w_shape, jnp.float32)
     y = conv(x, w)
@@ -107,6 +106,11 @@ def test_conv_packing_and_errors(rng):
         jbs.BlockSparseConv(layout, 8, 3, padding="FULL")
     with pytest.raises(ValueError, match="explicit padding must be two non-negative"):
         jbs.BlockSparseConv(layout, 8, 3, padding=((1, -1), (0, 0)))
+    for bad in (((1.7, 0.2), (0, 0)), ((True, False), (0, 0)), ((1, 1),)):
+        with pytest.raises(ValueError, match="explicit padding must be two"):
+            jbs.BlockSparseConv(layout, 8, 3, padding=bad)
+    with pytest.raises(TypeError, match="w must be a floating-point array, got dtype int32"):
+        conv(jnp.ones((2, 5, 5, 24)), jnp.ones(conv.w_shape, jnp.int32))
     with pytest.raises(ValueError, match="strides must be >= 1"):
         jbs.BlockSparseConv(layout, 8, 3, strides=0)
     with pytest.raises(TypeError, match="kernel_size must be an int or a pair"):

@@ -106,3 +106,31 @@ def test_initializer_shape_checked():
         init(None, (3, 8))
     with pytest.raises(ValueError, match="diagonal blocks"):
         jbs.initializers.identity(np.array([[0, 1], [1, 1]]), 8)
+
+
+def test_layout_inside_a_trace_is_refused():
+    import jax
+    with pytest.raises(TypeError, match="layout must be concrete host data"):
+        jax.jit(lambda layout: jbs.BlockSparseMatMul(layout, 8))(jnp.ones((2, 2)))
+
+
+@pytest.mark.parametrize("precision", [[1, 2, 3], {}, 3, np.array(1)])
+def test_precision_of_a_wrong_type(precision):
+    with pytest.raises(ValueError, match="precision must be"):
+        jbs.BlockSparseMatMul(LAYOUT, 8, precision=precision)
+
+
+def test_layout_generator_seed_and_k():
+    with pytest.raises(TypeError, match="seed must be an int"):
+        jbs.layouts.random(4, 4, 0.5, seed=None)
+    with pytest.raises(ValueError, match="even k"):
+        jbs.layouts.watts_strogatz(10, 3, 0.1, seed=0)
+    with pytest.raises(ValueError, match="scale must be positive"):
+        jbs.initializers.variance_scaling(LAYOUT, 8, scale=-1.0)
+
+
+def test_vmap_over_zero_stacked_weights():
+    import jax
+    bsmm = jbs.BlockSparseMatMul(LAYOUT, 8)
+    y = jax.vmap(bsmm, in_axes=(None, 0))(jnp.ones((3, 16)), jnp.ones((0,) + bsmm.w_shape))
+    assert y.shape == (0, 3, 24)

@@ -16,8 +16,24 @@ from jbs._src import lowering, sharding
 
 @pytest.fixture(scope="module")
 def cuda_text():
-    for prim, (_, target, used) in lowering._OPS.items():  # registered already when the extension loads
-        mlir.register_lowering(prim, lowering._cuda_rule(target, used), platform="cuda")
+    # Register the CUDA rules for this lowering only: on a GPU machine without the extension, a
+    # leaked registration would send every later test to FFI targets that do not exist.
+    from jax._src.interpreters import mlir as mlir_internal
+    registry = mlir_internal._platform_specific_lowerings["cuda"]
+    saved = {prim: registry.get(prim) for prim in lowering._OPS}
+    try:
+        for prim, (_, target, used) in lowering._OPS.items():
+            mlir.register_lowering(prim, lowering._cuda_rule(target, used), platform="cuda")
+        return _lower_step()
+    finally:
+        for prim, rule in saved.items():
+            if rule is None:
+                registry.pop(prim, None)
+            else:
+                registry[prim] = rule
+
+
+def _lower_step():
     layout = np.array([[1, 0, 1], [1, 1, 0]], bool)
     bsmm = jbs.BlockSparseMatMul(layout, 16)
     step = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w) ** 2), argnums=(0, 1)))

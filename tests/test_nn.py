@@ -302,3 +302,28 @@ def test_conv_layer_init_and_data_dependent_init(rng):
                                    use_bias=False, precision="highest", rngs=nnx.Rngs(0))
     x = random_array(rng, (1, 5, 5, 32), jnp.float32)
     np.testing.assert_allclose(delta(x), x, rtol=1e-6)
+
+
+def test_weight_norm_is_safe_for_all_zero_units_and_constant_outputs(rng):
+    layer = jbs.nn.BlockSparseLinear(16, 32, layout=np.ones((2, 4)), block_size=8, kernel_init="identity",
+                                     weight_norm=True, rngs=nnx.Rngs(0))
+    x = random_array(rng, (4, 16), jnp.float32)
+    grads = nnx.grad(lambda m: m(x).sum())(layer)
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+    dead = jbs.nn.BlockSparseLinear(16, 16, layout=np.array([[1, 0], [1, 0]]), block_size=8, weight_norm=True,
+                                    rngs=nnx.Rngs(0))
+    dead.data_dependent_init(x)
+    np.testing.assert_array_equal(dead.scale[...][8:], 1.0)  # the empty block column keeps scale 1
+
+
+def test_cell_init_strings_and_linen_hashing():
+    layout = np.ones((2, 2))
+    with pytest.raises(ValueError, match="kernel_init of a dense input projection"):
+        jbs.nn.SparseLSTMCell(8, 16, layout=layout, block_size=8, kernel_init="identity", rngs=nnx.Rngs(0))
+    jbs.nn.SparseLSTMCell(8, 16, layout=layout, block_size=8, kernel_init="fan_in", rngs=nnx.Rngs(0))
+    dense = jbs.linen.BlockSparseDense(16, layout=layout, block_size=8)
+    assert dense == jbs.linen.BlockSparseDense(16, layout=layout.astype(bool), block_size=8)
+    assert hash(dense) == hash(jbs.linen.BlockSparseDense(16, layout=layout, block_size=8))
+    params = dense.init(jax.random.key(0), jnp.ones((2, 16)))
+    apply = jax.jit(lambda module, p, x: module.apply(p, x), static_argnums=0)
+    assert apply(dense, params, jnp.ones((2, 16))).shape == (2, 16)

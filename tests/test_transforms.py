@@ -22,6 +22,7 @@ def make(rng, rows=4, cols=3, bs=8):
 
 
 def close(a, b, tol=TOL):
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
     for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         assert rel_error(u, f64(v)) < tol
 

@@ -39,19 +39,32 @@ def resolve_kernel_init(kernel_init, op: BlockSparseMatMul):
     return kernel_init
 
 
+def dense_kernel_init(kernel_init, default):
+    """The initialiser of a dense (nnx/Linen) projection inside a sparse cell: None or 'fan_in'
+    -> ``default`` (LeCun normal); 'identity' is refused, it needs a block-sparse layout."""
+    if kernel_init is None or (isinstance(kernel_init, str) and kernel_init == "fan_in"):
+        return default
+    if isinstance(kernel_init, str) or not callable(kernel_init):
+        raise ValueError(f"kernel_init of a dense input projection must be a callable or 'fan_in'; "
+                         f"got {kernel_init!r} (give input_layout for a block-sparse projection)")
+    return kernel_init
+
+
 def column_norms(op: BlockSparseMatMul, kernel) -> jax.Array:
     """L2 norm of each output unit's weights over the nonzero blocks (and over the filter taps,
     the leading axes of a conv kernel ``(kh, kw, nnz, bs, bs)``): shape (K,)."""
     _, cols = np.nonzero(op.layout)
     squares = jnp.square(kernel.astype(jnp.float32)).reshape((-1,) + kernel.shape[-3:]).sum(axis=(0, 2))
     per_block_column = jax.ops.segment_sum(squares, cols, num_segments=op.layout.shape[1])  # (Kb, bs)
-    return jnp.sqrt(per_block_column.reshape(-1))
+    # A safe sqrt: an all-zero unit (identity init on a non-square layout, pruned weights) must
+    # give a zero, not a NaN, gradient.
+    return jnp.sqrt(jnp.maximum(per_block_column.reshape(-1), 1e-24))
 
 
 def weight_normalize(op: BlockSparseMatMul, kernel, scale) -> jax.Array:
     """``scale_j * v_j / ||v_j||`` for every output unit j, over the nonzero blocks only."""
     _, cols = np.nonzero(op.layout)
-    factor = scale.astype(jnp.float32) / jnp.maximum(column_norms(op, kernel), 1e-12)  # (K,)
+    factor = scale.astype(jnp.float32) / column_norms(op, kernel)  # (K,)
     per_block = factor.reshape(-1, op.block_size)[cols]  # (nnz, bs)
     return (kernel.astype(jnp.float32) * per_block[:, None, :]).astype(kernel.dtype)
 
@@ -60,6 +73,7 @@ def data_dependent_scale_and_bias(outputs, init_scale: float = 1.0):
     """PixelCNN++'s weight-norm init: scale and bias that give each output unit zero mean and
     ``init_scale`` std on this batch. outputs: (..., K) computed with scale 1, bias 0."""
     flat = outputs.reshape(-1, outputs.shape[-1]).astype(jnp.float32)
-    mean, std = jnp.mean(flat, axis=0), jnp.std(flat, axis=0)
-    scale = init_scale / (std + 1e-10)
+    mean, var = jnp.mean(flat, axis=0), jnp.var(flat, axis=0)
+    # A unit with constant output (an empty block column, dead inputs) keeps scale 1.
+    scale = jnp.where(var > 0, init_scale / jnp.sqrt(var + 1e-10), 1.0)
     return scale, -mean * scale

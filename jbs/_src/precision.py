@@ -22,9 +22,10 @@ def normalize(precision) -> int:
         return max(normalize(precision[0]), normalize(precision[1]))
     if isinstance(precision, lax.Precision):
         return HIGHEST if precision in (lax.Precision.HIGH, lax.Precision.HIGHEST) else DEFAULT
-    key = precision.lower() if isinstance(precision, str) else precision
-    if key in _NAMES:
-        return _NAMES[key]
+    if precision is None or isinstance(precision, str):
+        key = precision.lower() if isinstance(precision, str) else precision
+        if key in _NAMES:
+            return _NAMES[key]
     raise ValueError(
         f"precision must be None, 'default', 'high', 'highest' or a jax.lax.Precision, got {precision!r}")
 

@@ -40,7 +40,7 @@ def _group_count(name, a, b):
     ga, gb = a.shape[0], b.shape[0]
     if ga != gb and 1 not in (ga, gb):
         raise ValueError(f"{name}: group axes {ga} and {gb} must be equal or 1")
-    return max(ga, gb)
+    return gb if ga == 1 else ga
 
 
 def _check_common(name, a, b, tables):

@@ -17,7 +17,9 @@ from jbs._src import precision as precision_lib
 
 
 def _groups(*operands):
-    return max(op.shape[0] for op in operands)
+    """The group count G: operands have group axes of size 1 (shared) or G (G may be 0)."""
+    sizes = [op.shape[0] for op in operands if op.shape[0] != 1]
+    return sizes[0] if sizes else 1
 
 
 def _gather_blocks(a, block_ids, bs):

@@ -4,6 +4,7 @@ what it expected."""
 from __future__ import annotations
 
 import numpy as np
+import jax
 import jax.numpy as jnp
 
 BLOCK_SIZES = (8, 16, 32, 64)
@@ -12,8 +13,9 @@ FLOAT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.f
 
 def as_layout(layout, name: str = "layout") -> np.ndarray:
     """A read-only, C-contiguous bool copy of a 2-D 0/1 (or bool) array."""
-    if hasattr(layout, "aval") and not hasattr(layout, "__array__"):
-        raise TypeError(f"{name} must be concrete host data (numpy), not a traced value")
+    if isinstance(layout, jax.core.Tracer):
+        raise TypeError(f"{name} must be concrete host data (numpy), not a traced value: a layout "
+                        "is static, so pass it from outside jit/grad/vmap")
     array = np.asarray(layout)
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array of 0/1 or bool, got shape {array.shape}")
@@ -29,6 +31,34 @@ def as_layout(layout, name: str = "layout") -> np.ndarray:
                          "a block-sparse op needs at least one")
     result.setflags(write=False)
     return result
+
+
+class FrozenLayout:
+    """A validated, read-only, hashable layout: for static fields (Linen module attributes, jit
+    static arguments) that must hash and compare by value. ``np.asarray`` gives the bool array."""
+
+    __slots__ = ("array", "_hash")
+
+    def __init__(self, layout):
+        self.array = layout.array if isinstance(layout, FrozenLayout) else as_layout(layout)
+        self._hash = hash((self.array.shape, self.array.tobytes()))
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    @property
+    def shape(self):
+        return self.array.shape
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return (isinstance(other, FrozenLayout) and self.array.shape == other.array.shape
+                and np.array_equal(self.array, other.array))
+
+    def __repr__(self):
+        return f"FrozenLayout(shape={self.array.shape}, nnz={int(self.array.sum())})"
 
 
 def check_block_size(block_size) -> int:

@@ -90,6 +90,16 @@ def main(argv=None) -> int:
     use_torch = on_gpu and not args.no_peers and _torch_usable()
     records = []
     started = time.time()
+    meta = {"device": str(jax.devices()[0].device_kind), "date": datetime.date.today().isoformat(),
+            "command": " ".join(["jbs-bench"] + (argv if argv is not None else sys.argv[1:])),
+            "jax": jax.__version__, "python": platform.python_version(), "gpu_kernels": on_gpu,
+            "copy_bytes_per_s": copy_bw, "dense_flops_per_s": rates}
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{args.suite}_gpu" if on_gpu else f"{args.suite}_cpu_reference"
+
+    def write():  # after every case, so a sweep cut short still leaves its records
+        (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     dense_times = {}
     for index, (suite, case) in enumerate(sweep, 1):
         floor = case.floor_us(copy_bw, rates[case.dtype])
@@ -107,21 +117,18 @@ def main(argv=None) -> int:
             except Exception as error:  # noqa: BLE001 - a failing peer must not stop the sweep
                 print(f"  {impl} failed on {case}: {type(error).__name__}: {error}"[:300], flush=True)
                 continue
+            # the dense peer does all the FLOPs of the dense op, not only the nonzero blocks'
+            flops = case.flops() if impl != "xla_dense" else round(case.flops() / case.nnz() * (
+                (case.c // case.block_size) * (case.k // case.block_size)))
             records.append({**case.__dict__, "suite": suite, "impl": impl, "us": us, "floor_us": floor,
-                            "bytes": case.bytes() if impl == "jbs" else None, "flops": case.flops(),
-                            "tflops": case.flops() / us * 1e-6})
+                            "bytes": case.bytes() if impl == "jbs" else None, "flops": flops,
+                            "tflops": flops / us * 1e-6})
+        write()
         elapsed = time.time() - started
         print(f"[{index}/{len(sweep)} {elapsed:5.0f}s] {suite} {case.op} {case.dtype} n={case.n} "
               f"bs={case.block_size} density={case.density:.4g}", flush=True)
 
-    meta = {"device": str(jax.devices()[0].device_kind), "date": datetime.date.today().isoformat(),
-            "command": " ".join(["jbs-bench"] + (argv if argv is not None else sys.argv[1:])),
-            "jax": jax.__version__, "python": platform.python_version(), "gpu_kernels": on_gpu,
-            "copy_bytes_per_s": copy_bw, "dense_flops_per_s": rates}
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.suite}_gpu" if on_gpu else f"{args.suite}_cpu_reference"
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    write()
     table = report.markdown(meta, records)
     (out / f"{stem}.md").write_text(table)
     report.plot(records, out / f"{stem}.png")

@@ -30,6 +30,7 @@ def markdown(meta: dict, records: list[dict]) -> str:
              f"Floor = max(bytes / {meta['copy_bytes_per_s'] / 1e9:.1f} GB/s copy, useful FLOPs / dense "
              f"matmul rate ({', '.join(f'{k} {v / 1e12:.0f} TFLOP/s' for k, v in meta['dense_flops_per_s'].items())}"
              "), both measured in this run. Useful FLOPs count nonzero blocks only. "
+             "The training step's floor is the sum of its three ops' floors. "
              "'x dense' and 'x torch' are speed-ups of jbs over them (>1: jbs faster); "
              "'% dense rate' is jbs's useful TFLOP/s over the dense op's TFLOP/s in this run.", "",
              "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | jbs TFLOP/s "
@@ -44,7 +45,7 @@ def markdown(meta: dict, records: list[dict]) -> str:
         ratio = lambda impl: f"{impls[impl]['us'] / ours['us']:.2f}" if impl in impls else "-"
         dense_rate = "-"
         if dense:
-            dense_tflops = dense["flops"] / ours["density"] / dense["us"] * 1e-6 if ours["density"] else 0
+            dense_tflops = dense["tflops"]
             dense_rate = f"{100 * ours['tflops'] / dense_tflops:.0f}%" if dense_tflops else "-"
         lines.append(f"| {ours.get('suite', 'matmul')} | {ours['op']} | {ours['dtype']} | {_shape(ours)} "
                      f"| {ours['block_size']} | 1/{1 / ours['density']:.0f} | {ours['us']:.1f} "

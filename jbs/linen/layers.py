@@ -10,6 +10,7 @@ import flax.linen as nn
 from flax.linen.dtypes import promote_dtype
 
 from jbs._src import layer_utils
+from jbs._src.validation import FrozenLayout
 from jbs.conv import BlockSparseConv as BlockSparseConvOp
 from jbs.conv import BlockSparseConvTranspose as BlockSparseConvTransposeOp
 from jbs.nn.recurrent import gate_layout
@@ -28,6 +29,11 @@ class BlockSparseDense(nn.Module):
     kernel_init: Any = None
     bias_init: Callable = nn.initializers.zeros_init()
     weight_norm: bool = False
+
+    def __post_init__(self):
+        # A numpy layout would make the module unhashable (jit static args, comparisons).
+        object.__setattr__(self, "layout", FrozenLayout(self.layout))
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, inputs):
@@ -62,6 +68,11 @@ class BlockSparseConv(nn.Module):
     kernel_init: Any = None
     bias_init: Callable = nn.initializers.zeros_init()
     weight_norm: bool = False
+
+    def __post_init__(self):
+        # A numpy layout would make the module unhashable (jit static args, comparisons).
+        object.__setattr__(self, "layout", FrozenLayout(self.layout))
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, inputs):
@@ -99,6 +110,12 @@ class SparseLSTMCell(nn.RNNCellBase):
     precision: Any = None
     carry_init: Callable = nn.initializers.zeros_init()
 
+    def __post_init__(self):
+        object.__setattr__(self, "layout", FrozenLayout(self.layout))
+        if self.input_layout is not None:
+            object.__setattr__(self, "input_layout", FrozenLayout(self.input_layout))
+        super().__post_init__()
+
     @nn.compact
     def __call__(self, carry, inputs):
         c, h = carry
@@ -106,8 +123,8 @@ class SparseLSTMCell(nn.RNNCellBase):
         width = 4 * self.features
         common = dict(dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision)
         if self.input_layout is None:
-            x_part = nn.Dense(width, use_bias=False, kernel_init=self.kernel_init or nn.initializers.lecun_normal(),
-                              name="dense_i", **common)(inputs)
+            init = layer_utils.dense_kernel_init(self.kernel_init, nn.initializers.lecun_normal())
+            x_part = nn.Dense(width, use_bias=False, kernel_init=init, name="dense_i", **common)(inputs)
         else:
             x_part = BlockSparseDense(width, layout=gate_layout(self.input_layout, hb, 4),
                                       block_size=self.block_size, use_bias=False,

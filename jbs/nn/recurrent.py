@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jbs._src import validation
+from jbs._src import layer_utils, validation
 from jbs.nn.linear import BlockSparseLinear, default_bias_init
 
 __all__ = ["SparseLSTMCell", "SparseMLSTMCell", "gate_layout", "sparse_width_for_params"]
@@ -54,7 +54,8 @@ class _SparseCellBase(nnx.RNNCellBase):
         init = carry_init or nnx.initializers.zeros_init()
         key = (rngs.carry() if isinstance(rngs, nnx.Rngs) else rngs() if rngs is not None
                else jax.random.key(0))
-        return init(key, shape, self.param_dtype), init(key, shape, self.param_dtype)
+        key_c, key_h = jax.random.split(key)
+        return init(key_c, shape, self.param_dtype), init(key_h, shape, self.param_dtype)
 
     @property
     def num_feature_axes(self) -> int:
@@ -64,8 +65,8 @@ class _SparseCellBase(nnx.RNNCellBase):
 def _input_projection(in_features, out_features, input_layout, block_size, common, kernel_init, rngs):
     """Dense ``nnx.Linear`` by default; block-sparse when ``input_layout`` is given."""
     if input_layout is None:
-        return nnx.Linear(in_features, out_features, use_bias=False,
-                          kernel_init=kernel_init or nnx.initializers.lecun_normal(), rngs=rngs, **common)
+        init = layer_utils.dense_kernel_init(kernel_init, nnx.initializers.lecun_normal())
+        return nnx.Linear(in_features, out_features, use_bias=False, kernel_init=init, rngs=rngs, **common)
     return BlockSparseLinear(in_features, out_features, layout=input_layout, block_size=block_size,
                              use_bias=False, kernel_init=kernel_init, rngs=rngs, **common)
 
