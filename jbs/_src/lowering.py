@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import jax
 from jax.interpreters import mlir
@@ -45,26 +47,36 @@ def _reference_rule(reference_fn):
     return mlir.lower_fun(fn, multiple_results=False)
 
 
+def _ffi_call(target, block_size, precision, a, b, *tables):
+    """The kernel on (possibly per-device) shapes: the output, plus a scratch result for fwd/dx."""
+    groups = b.shape[0] if a.shape[0] == 1 else a.shape[0]
+    if target == "jbs_bsmm_dw":
+        results = [jax.ShapeDtypeStruct((groups, tables[0].shape[0], block_size, block_size), a.dtype)]
+    else:
+        offsets, splits = tables[0], tables[3]
+        results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
+                   jax.ShapeDtypeStruct((_stream_scratch_floats(groups, splits.shape[0] - 1, block_size),),
+                                        np.float32)]
+    outs = jax.ffi.ffi_call(target, results)(a, b, *tables, block_size=np.int32(block_size),
+                                             precision=np.int32(precision))
+    return outs[0]
+
+
 def _cuda_rule(target, used_tables):
-    """Calls the FFI target with the two data operands and only the tables it reads."""
+    """Calls the FFI target with the two data operands and only the tables it reads, row-
+    partitioned over devices when the activations are sharded (see sharding.py)."""
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     is_dw = target == "jbs_bsmm_dw"
 
     def rule(ctx, *operands, precision):
-        avals_in = [ctx.avals_in[i] for i in keep]
         block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]
-        avals_out = list(ctx.avals_out)
-        if not is_dw:
-            out = ctx.avals_out[0]
-            splits = ctx.avals_in[2 + _TABLE_FIELDS.index(used_tables[3])]
-            floats = _stream_scratch_floats(out.shape[0], splits.shape[0] - 1, block_size)
-            avals_out.append(jax.core.ShapedArray((floats,), np.float32))
-        attributes = sharding.custom_call_attributes(avals_in, avals_out, rows_in_output=not is_dw)
-        ffi_rule = jax.ffi.ffi_lowering(target, extra_attributes=attributes)
-        results = ffi_rule(ctx.replace(avals_in=avals_in, avals_out=avals_out),
-                           *[operands[i] for i in keep],
-                           block_size=np.int32(block_size), precision=np.int32(precision))
-        return results[:1]
+        call = functools.partial(_ffi_call, target, block_size, precision)
+        # Partition only a computation over several devices (not a shard_map body, which is
+        # already per device, and not a single device, where there is nothing to split).
+        if sharding.spans_several_devices(ctx.module_context.axis_context):
+            call = sharding.partitioned(call, rows_in_output=not is_dw)
+        subset_ctx = ctx.replace(avals_in=[ctx.avals_in[i] for i in keep])
+        return mlir.lower_fun(call, multiple_results=False)(subset_ctx, *[operands[i] for i in keep])
     return rule
 
 

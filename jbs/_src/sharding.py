@@ -1,68 +1,92 @@
-"""Shardy sharding rules for the CUDA custom calls, so that a batch sharded over devices stays
-sharded: XLA runs each device's rows through the kernel locally instead of all-gathering them.
+"""Sharding of the CUDA custom calls, so that a batch sharded over devices stays sharded: each
+device runs its own rows through the kernel instead of all-gathering them.
 
-Rows (``n``) pass through forward and input gradient untouched, so they may be sharded; in the
-weight gradient they are summed over, so a sharded ``n`` makes each device compute a partial
-``dw`` that Shardy all-reduces (a reduction factor). Every other dimension (features, blocks,
-lookup tables, scratch) must be replicated. The group axis (vmap over stacked weights) passes
-through when an operand has the full group count.
+XLA replicates the operands of a custom call it knows nothing about, so each kernel call is
+wrapped in ``custom_partitioning``:
 
-This uses JAX's internal helpers for custom-call sharding rules (as jax.lax.linalg does); if
-they are missing, the custom calls carry no rule and XLA replicates their operands (correct,
-only slower).
+* forward and input gradient: rows (``n``) pass through, so the activation and the output keep
+  the activation's row sharding; the weights and lookup tables are replicated;
+* weight gradient: rows are summed over, so each device computes a partial ``dw`` from its rows
+  and the partials are summed across the row axes (``psum``).
+
+Everything else (features, blocks, tables, scratch, the vmap group axis) is replicated. On one
+device ``custom_partitioning`` inlines the call and costs nothing. The Shardy rule below tells
+the propagation the same facts.
 """
 
 from __future__ import annotations
 
 import itertools
 
-from jax.interpreters import mlir
-from jax._src.lib.mlir import ir
-
-try:  # internal API, present in the jax versions jbs supports; optional by design
-    from jax._src import config as _config
-    from jax._src.custom_partitioning_sharding_rule import (sdy_sharding_rule_to_mlir,
-                                                             str_to_sdy_sharding_rule)
-except ImportError:  # pragma: no cover - depends on the jax version
-    str_to_sdy_sharding_rule = None
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+from jax._src.lib.mlir import ir  # the types a Shardy rule callable receives
 
 
-def _rule_text(avals_in, avals_out, rows_in_output: bool):
-    """(rule, need_replication, reduction) for operands (a, b, *tables) and results."""
+def _rule_text(shapes_in, shapes_out, rows_in_output: bool):
+    """Einsum-like Shardy rule for operands (a, b, *tables) and results (out, *scratch): the
+    rows (axis 1 of the activations, and of the output when rows pass through) share factor
+    ``n``; every other dimension gets its own factor, which must stay replicated."""
     fresh = (f"u{i}" for i in itertools.count())
-    groups = avals_out[0].shape[0]
-    replicated: list[str] = []
+    rows_at = {(0, 0), (0, 1) if not rows_in_output else None, (1, 0) if rows_in_output else None}
 
-    def dims(aval, leading):
-        names = list(leading)
-        for _ in range(len(aval.shape) - len(leading)):
-            names.append(next(fresh))
-            replicated.append(names[-1])
-        return " ".join(names)
+    def dims(kind, index, shape):
+        return " ".join("n" if axis == 1 and (kind, index) in rows_at else next(fresh)
+                        for axis in range(len(shape)))
 
-    def group(aval):
-        if aval.shape[0] == groups:
-            return "g"
-        name = next(fresh)
-        replicated.append(name)
-        return name
-
-    a, b, *tables = avals_in
-    operands = [dims(a, [group(a), "n"]), dims(b, [group(b), "n"] if not rows_in_output else [group(b)])]
-    operands += [dims(t, []) for t in tables]
-    results = [dims(avals_out[0], ["g", "n"] if rows_in_output else ["g"])]
-    results += [dims(r, []) for r in avals_out[1:]]
-    reduction = () if rows_in_output else ("n",)
-    return f"{', '.join(operands)} -> {', '.join(results)}", tuple(replicated), reduction
+    operands = [dims(0, i, shape) for i, shape in enumerate(shapes_in)]
+    results = [dims(1, i, shape) for i, shape in enumerate(shapes_out)]
+    factors = " ".join(operands + results).split()
+    options = {"need_replication_factors": tuple(dict.fromkeys(f for f in factors if f != "n"))}
+    if not rows_in_output:
+        options["reduction_factors"] = ("n",)
+    return f"{', '.join(operands)} -> {', '.join(results)}", options
 
 
-def custom_call_attributes(avals_in, avals_out, *, rows_in_output: bool):
-    """Extra attributes of a jbs custom call: its Shardy sharding rule, or None."""
-    if str_to_sdy_sharding_rule is None or not _config.use_shardy_partitioner.value:
-        return None
-    text, replicated, reduction = _rule_text(avals_in, avals_out, rows_in_output)
-    rule = str_to_sdy_sharding_rule(text, need_replication_factors=replicated, reduction_factors=reduction)
-    tensor_type = lambda a: ir.RankedTensorType.get(a.shape, mlir.dtype_to_ir_type(a.dtype))
-    types_in = [tensor_type(a) for a in avals_in]
-    types_out = [tensor_type(a) for a in avals_out]
-    return {"sdy.sharding_rule": sdy_sharding_rule_to_mlir(rule, types_in, types_out)}
+def _row_axes(arg):
+    """The mesh axes sharding an operand's rows (its axis 1), or None."""
+    spec = getattr(arg.sharding, "spec", None)
+    return spec[1] if spec is not None and len(spec) > 1 else None
+
+
+def spans_several_devices(axis_context) -> bool:
+    """Whether a lowering is of a computation partitioned over several devices by XLA (a
+    ``jit`` with sharded operands), as opposed to one device or a ``shard_map`` body."""
+    if type(axis_context).__name__ != "ShardingContext":
+        return False
+    # jax's custom_partitioning needs the device assignment at lowering time. jax 0.11 lowers
+    # sharded jits without one; the call then goes unpartitioned (XLA gathers its operands:
+    # correct, not scalable). See benchmarks/NOTES.md.
+    devices = getattr(axis_context, "device_assignment", None)
+    return devices is not None and len(devices) > 1
+
+
+def partitioned(call, *, rows_in_output: bool):
+    """``call(a, b, *tables) -> out`` (an FFI call on local shapes), partitioned by rows."""
+    wrapped = custom_partitioning(call)
+
+    def shardings(mesh, arg_shapes):
+        rows = _row_axes(arg_shapes[0]) if isinstance(arg_shapes[0].sharding, NamedSharding) else None
+        row_spec = NamedSharding(mesh, PartitionSpec(None, rows))
+        replicated = NamedSharding(mesh, PartitionSpec())
+        rows_operands = (0,) if rows_in_output else (0, 1)
+        args = tuple(row_spec if i in rows_operands else replicated for i in range(len(arg_shapes)))
+        return rows, args, (row_spec if rows_in_output else replicated)
+
+    def infer_sharding_from_operands(mesh, arg_shapes, result_shape):
+        return shardings(mesh, arg_shapes)[2]
+
+    def partition(mesh, arg_shapes, result_shape):
+        rows, args, result = shardings(mesh, arg_shapes)
+        if rows_in_output or rows is None:
+            return mesh, call, result, args
+        return mesh, lambda *ops: jax.lax.psum(call(*ops), rows), result, args
+
+    def sharding_rule(mesh, value_types, result_types):
+        shape = lambda t: tuple(ir.RankedTensorType(t).shape)
+        return _rule_text([shape(t) for t in value_types], [shape(t) for t in result_types], rows_in_output)
+
+    wrapped.def_partition(partition=partition, infer_sharding_from_operands=infer_sharding_from_operands,
+                          sharding_rule=sharding_rule)
+    return wrapped
