@@ -13,10 +13,32 @@ from jbs._src import layer_utils
 from jbs._src.validation import FrozenLayout
 from jbs.conv import BlockSparseConv as BlockSparseConvOp
 from jbs.conv import BlockSparseConvTranspose as BlockSparseConvTransposeOp
-from jbs.nn.recurrent import gate_layout
+from jbs.nn.recurrent import gate_layout, lstm_update
 
 
-class BlockSparseDense(nn.Module):
+def _apply(module: nn.Module, matmul, op, inputs):
+    """Creates the layer's parameters (kernel, scale, bias) in ``module`` and applies ``op``:
+    shared by the dense and conv layers, which differ only in the op and the kernel shape."""
+    kernel = module.param("kernel", layer_utils.resolve_kernel_init(module.kernel_init, matmul),
+                          op.w_shape, module.param_dtype)
+    if module.weight_norm:
+        scale = module.param("scale", nn.initializers.ones_init(), (module.features,), module.param_dtype)
+        kernel = layer_utils.weight_normalize(matmul, kernel, scale)
+    bias = (module.param("bias", module.bias_init, (module.features,), module.param_dtype)
+            if module.use_bias else None)
+    inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=module.dtype)
+    y = op(inputs, kernel)
+    return y if bias is None else y + bias
+
+
+class _FrozenLayoutMixin:
+    def __post_init__(self):
+        # A numpy layout would make the module unhashable (jit static args, comparisons).
+        object.__setattr__(self, "layout", FrozenLayout(self.layout))
+        super().__post_init__()
+
+
+class BlockSparseDense(_FrozenLayoutMixin, nn.Module):
     """``y = x @ W + b`` with W block-sparse; ``features`` outputs. See ``jbs.nn.BlockSparseLinear``."""
 
     features: int
@@ -30,27 +52,14 @@ class BlockSparseDense(nn.Module):
     bias_init: Callable = nn.initializers.zeros_init()
     weight_norm: bool = False
 
-    def __post_init__(self):
-        # A numpy layout would make the module unhashable (jit static args, comparisons).
-        object.__setattr__(self, "layout", FrozenLayout(self.layout))
-        super().__post_init__()
-
     @nn.compact
     def __call__(self, inputs):
         op = layer_utils.make_op(inputs.shape[-1], self.features, self.layout, self.block_size,
                                  self.precision)
-        kernel = self.param("kernel", layer_utils.resolve_kernel_init(self.kernel_init, op),
-                            op.w_shape, self.param_dtype)
-        if self.weight_norm:
-            scale = self.param("scale", nn.initializers.ones_init(), (self.features,), self.param_dtype)
-            kernel = layer_utils.weight_normalize(op, kernel, scale)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
-        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        y = op(inputs, kernel)
-        return y if bias is None else y + bias
+        return _apply(self, op, op, inputs)
 
 
-class BlockSparseConv(nn.Module):
+class BlockSparseConv(_FrozenLayoutMixin, nn.Module):
     """NHWC convolution with a channel-block-sparse kernel. See ``jbs.nn.BlockSparseConv``."""
 
     features: int
@@ -69,11 +78,6 @@ class BlockSparseConv(nn.Module):
     bias_init: Callable = nn.initializers.zeros_init()
     weight_norm: bool = False
 
-    def __post_init__(self):
-        # A numpy layout would make the module unhashable (jit static args, comparisons).
-        object.__setattr__(self, "layout", FrozenLayout(self.layout))
-        super().__post_init__()
-
     @nn.compact
     def __call__(self, inputs):
         matmul = layer_utils.make_op(inputs.shape[-1], self.features, self.layout, self.block_size,
@@ -81,15 +85,7 @@ class BlockSparseConv(nn.Module):
         op_type = BlockSparseConvTransposeOp if self.transpose else BlockSparseConvOp
         op = op_type(matmul.layout, self.block_size, self.kernel_size, self.strides, self.padding,
                      self.dilation, precision=self.precision)
-        kernel = self.param("kernel", layer_utils.resolve_kernel_init(self.kernel_init, matmul),
-                            op.w_shape, self.param_dtype)
-        if self.weight_norm:
-            scale = self.param("scale", nn.initializers.ones_init(), (self.features,), self.param_dtype)
-            kernel = layer_utils.weight_normalize(matmul, kernel, scale)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
-        inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        y = op(inputs, kernel)
-        return y if bias is None else y + bias
+        return _apply(self, matmul, op, inputs)
 
 
 class SparseLSTMCell(nn.RNNCellBase):
@@ -135,9 +131,7 @@ class SparseLSTMCell(nn.RNNCellBase):
         if self.layer_norm:
             x_part = nn.LayerNorm(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype, name="norm_i")(x_part)
             h_part = nn.LayerNorm(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype, name="norm_h")(h_part)
-        i, f, g, o = jnp.split(x_part + h_part, 4, axis=-1)
-        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
-        new_h = self.gate_fn(o) * self.activation_fn(new_c)
+        new_c, new_h = lstm_update(c, x_part + h_part, self.gate_fn, self.activation_fn)
         return (new_c, new_h), new_h
 
     @nn.nowrap

@@ -1,4 +1,5 @@
-"""``jbs.nn.BlockSparseLinear``: an NNX layer like ``nnx.Linear`` whose kernel is block-sparse."""
+"""``jbs.nn.BlockSparseLinear``: an NNX layer like ``nnx.Linear`` whose kernel is block-sparse,
+and the base it shares with ``jbs.nn.BlockSparseConv``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,57 @@ from jbs._src import layer_utils
 default_bias_init = nnx.initializers.zeros_init()
 
 
-class BlockSparseLinear(nnx.Module):
+class _BlockSparseLayer(nnx.Module):
+    """Parameters and application shared by the block-sparse layers: ``kernel`` (packed, with a
+    conv's leading taps), ``bias`` and, with weight normalisation, ``scale``. Subclasses set
+    ``self.op`` (the op applied) and ``self.matmul`` (its channel-block matmul) first."""
+
+    def _init_params(self, out_features, *, use_bias, dtype, param_dtype, kernel_init, bias_init,
+                     weight_norm, rngs):
+        self.out_features = out_features
+        self.use_bias, self.dtype, self.param_dtype, self.weight_norm = use_bias, dtype, param_dtype, weight_norm
+        init = layer_utils.resolve_kernel_init(kernel_init, self.matmul)
+        self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype))
+        self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype)) if use_bias
+                     else nnx.data(None))
+        self.scale = nnx.Param(jnp.ones((out_features,), param_dtype)) if weight_norm else nnx.data(None)
+
+    @property
+    def layout(self):
+        return self.matmul.layout
+
+    @property
+    def block_size(self) -> int:
+        return self.matmul.block_size
+
+    def effective_kernel(self) -> jax.Array:
+        """The packed kernel the layer applies (weight-normalised if enabled)."""
+        kernel = self.kernel[...]
+        if self.weight_norm:
+            kernel = layer_utils.weight_normalize(self.matmul, kernel, self.scale[...])
+        return kernel
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        bias = self.bias[...] if self.bias is not None else None
+        inputs, kernel, bias = dtypes.promote_dtype((inputs, self.effective_kernel(), bias), dtype=self.dtype)
+        y = self.op(inputs, kernel)
+        return y if bias is None else y + bias
+
+    def data_dependent_init(self, inputs: jax.Array, init_scale: float = 1.0) -> jax.Array:
+        """Sets ``scale`` and ``bias`` so that this batch's outputs have zero mean and
+        ``init_scale`` std per unit, as PixelCNN++ does (needs ``weight_norm=True`` and
+        ``use_bias=True``). Returns the outputs after the update."""
+        if not (self.weight_norm and self.use_bias):
+            raise ValueError("data_dependent_init needs weight_norm=True and use_bias=True")
+        self.scale[...] = jnp.ones_like(self.scale[...])
+        self.bias[...] = jnp.zeros_like(self.bias[...])
+        scale, bias = layer_utils.data_dependent_scale_and_bias(self(inputs), init_scale)
+        self.scale[...] = scale.astype(self.param_dtype)
+        self.bias[...] = bias.astype(self.param_dtype)
+        return self(inputs)
+
+
+class BlockSparseLinear(_BlockSparseLayer):
     """``y = x @ W + b`` with W block-sparse.
 
     Parameters: ``kernel`` (packed, ``(nnz, block_size, block_size)``: block i is the block at
@@ -37,48 +88,7 @@ class BlockSparseLinear(nnx.Module):
                  use_bias: bool = True, dtype=None, param_dtype=jnp.float32, precision=None,
                  kernel_init=None, bias_init=default_bias_init, weight_norm: bool = False,
                  rngs: nnx.Rngs):
-        self.op = layer_utils.make_op(in_features, out_features, layout, block_size, precision)
         self.in_features = in_features
-        self.out_features = out_features
-        self.use_bias = use_bias
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.weight_norm = weight_norm
-        init = layer_utils.resolve_kernel_init(kernel_init, self.op)
-        self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype))
-        self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype)) if use_bias
-                     else nnx.data(None))
-        self.scale = nnx.Param(jnp.ones((out_features,), param_dtype)) if weight_norm else nnx.data(None)
-
-    @property
-    def layout(self):
-        return self.op.layout
-
-    @property
-    def block_size(self) -> int:
-        return self.op.block_size
-
-    def effective_kernel(self) -> jax.Array:
-        """The packed kernel the layer applies (weight-normalised if enabled)."""
-        kernel = self.kernel[...]
-        if self.weight_norm:
-            kernel = layer_utils.weight_normalize(self.op, kernel, self.scale[...])
-        return kernel
-
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        bias = self.bias[...] if self.bias is not None else None
-        inputs, kernel, bias = dtypes.promote_dtype((inputs, self.effective_kernel(), bias), dtype=self.dtype)
-        y = self.op(inputs, kernel)
-        return y if bias is None else y + bias
-
-    def data_dependent_init(self, inputs: jax.Array, init_scale: float = 1.0) -> jax.Array:
-        """Sets ``scale`` and ``bias`` so that this batch's outputs have zero mean and
-        ``init_scale`` std per unit (needs ``weight_norm=True`` and ``use_bias=True``)."""
-        if not (self.weight_norm and self.use_bias):
-            raise ValueError("data_dependent_init needs weight_norm=True and use_bias=True")
-        self.scale[...] = jnp.ones_like(self.scale[...])
-        self.bias[...] = jnp.zeros_like(self.bias[...])
-        scale, bias = layer_utils.data_dependent_scale_and_bias(self(inputs), init_scale)
-        self.scale[...] = scale.astype(self.param_dtype)
-        self.bias[...] = bias.astype(self.param_dtype)
-        return self(inputs)
+        self.op = self.matmul = layer_utils.make_op(in_features, out_features, layout, block_size, precision)
+        self._init_params(out_features, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
+                          kernel_init=kernel_init, bias_init=bias_init, weight_norm=weight_norm, rngs=rngs)

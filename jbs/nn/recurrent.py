@@ -46,6 +46,13 @@ def sparse_width_for_params(dense_width: int, density: float, *, input_features:
     return max(block_size, int(round(h / block_size)) * block_size)
 
 
+def lstm_update(c, pre_activations, gate_fn, activation_fn):
+    """The LSTM state update from the fused (i, f, g, o) pre-activations: (new_c, new_h)."""
+    i, f, g, o = jnp.split(pre_activations, 4, axis=-1)
+    new_c = gate_fn(f) * c + gate_fn(i) * activation_fn(g)
+    return new_c, gate_fn(o) * activation_fn(new_c)
+
+
 class _SparseCellBase(nnx.RNNCellBase):
     """Carry handling shared by the sparse cells: (c, h) zeros of width hidden_features."""
 
@@ -124,17 +131,15 @@ class SparseLSTMCell(_SparseCellBase):
         else:
             self.norm_i = self.norm_h = nnx.data(None)
 
-    def _gates(self, x_part, h_part):
+    def _step(self, c, x_part, h_part):
         if self.norm_i is not None:
             x_part, h_part = self.norm_i(x_part), self.norm_h(h_part)
-        return jnp.split(x_part + h_part, self.gates, axis=-1)
+        new_c, new_h = lstm_update(c, x_part + h_part, self.gate_fn, self.activation_fn)
+        return (new_c, new_h), new_h
 
     def __call__(self, carry, inputs):
         c, h = carry
-        i, f, g, o = self._gates(self.dense_i(inputs), self.dense_h(h))
-        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
-        new_h = self.gate_fn(o) * self.activation_fn(new_c)
-        return (new_c, new_h), new_h
+        return self._step(c, self.dense_i(inputs), self.dense_h(h))
 
 
 class SparseMLSTMCell(SparseLSTMCell):
@@ -162,7 +167,4 @@ class SparseMLSTMCell(SparseLSTMCell):
     def __call__(self, carry, inputs):
         c, h = carry
         m = self.dense_mx(inputs) * self.dense_mh(h)
-        i, f, g, o = self._gates(self.dense_i(inputs), self.dense_h(m))
-        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
-        new_h = self.gate_fn(o) * self.activation_fn(new_c)
-        return (new_c, new_h), new_h
+        return self._step(c, self.dense_i(inputs), self.dense_h(m))
