@@ -19,7 +19,7 @@ import flax.linen as nn  # noqa: E402
 import jbs  # noqa: E402
 import jbs.linen  # noqa: E402
 import jbs.nn  # noqa: E402
-from helpers import awkward_layout, f64, random_array, rel_error, tolerance  # noqa: E402
+from helpers import awkward_layout, f64, random_array, rel_error  # noqa: E402
 
 HIGHEST = jax.lax.Precision.HIGHEST
 

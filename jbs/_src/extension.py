@@ -16,10 +16,6 @@ import os
 import jax
 import jaxlib
 
-# FFI target names, shared with cuda/ffi/*.cu.
-TARGETS = ("jbs_bsmm_fwd", "jbs_bsmm_dx", "jbs_bsmm_dw")
-
-
 @dataclasses.dataclass(frozen=True)
 class BackendInfo:
     """Which implementation jbs uses, and why."""

@@ -11,7 +11,6 @@ Operands carry a leading group axis of size 1 (broadcast) or G; see primitives.p
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax import lax
 
 from jbs._src import precision as precision_lib
 
