@@ -2,7 +2,9 @@
 # On the GPU machine (no network; jax, nanobind, scikit-build-core, cmake, nvcc preinstalled):
 # build jbs against the installed jax, run the whole test suite with the CUDA path active, and
 # optionally the benchmark. Logs go to $OUT (or ./gpu_out). Usage:
-#   scripts/gpu_check.sh [--tests PYTEST_ARGS] [--bench "JBS_BENCH_ARGS"] [--sanitize]
+#   scripts/gpu_check.sh [--tests PYTEST_ARGS] [--bench "JBS_BENCH_ARGS"] [--sanitize] [--notebooks]
+# --notebooks runs each notebook in its full (GPU) mode; it needs nbclient, nbformat, ipykernel
+# and matplotlib, installed from wheels carried in .whl/ (the machine has no network).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$repo/gpu_out}
@@ -11,11 +13,13 @@ tests_args="-q -x"
 bench_args=""
 run_bench=0
 run_sanitize=0
+run_notebooks=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) tests_args="$2"; shift 2;;
     --bench) run_bench=1; bench_args="$2"; shift 2;;
     --sanitize) run_sanitize=1; shift;;
+    --notebooks) run_notebooks=1; shift;;
     *) echo "unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -51,5 +55,19 @@ if [ $run_sanitize = 1 ]; then
   done
 fi
 
-echo "tests rc=$test_rc"
+notebook_rc=0
+if [ $run_notebooks = 1 ]; then
+  echo "== notebooks"
+  python3 -m pip install -q --no-index --find-links "$repo/.whl" nbclient nbformat ipykernel matplotlib \
+    > "$out/notebook_install.log" 2>&1 || tail -20 "$out/notebook_install.log"
+  for nb in "$repo"/notebooks/*.ipynb; do
+    name=$(basename "$nb" .ipynb)
+    (cd /tmp && python3 "$repo/scripts/run_notebook.py" "$nb" "$out/${name}_executed.ipynb" 2>&1 \
+      | tee "$out/notebook_$name.log" | tail -15)
+    rc=${PIPESTATUS[0]}; echo "notebook $name rc=$rc"; [ $rc = 0 ] || notebook_rc=$rc
+  done
+fi
+
+echo "tests rc=$test_rc notebooks rc=$notebook_rc"
+[ $notebook_rc = 0 ] || exit $notebook_rc
 exit $test_rc

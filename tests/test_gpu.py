@@ -120,8 +120,6 @@ def test_data_parallel_batch_stays_sharded(rng):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
     hlo = compiled.as_text()
     assert "jbs_bsmm_fwd" in hlo
-    if "all-gather" in hlo:
-        # Known defect (issue 5): jax >= 0.11 lowers a sharded jit without a device assignment,
-        # which jax's custom_partitioning requires, so the kernels' row partitioning is skipped.
-        pytest.xfail(f"jax {jax.__version__}: the sharded batch is gathered before the custom call")
+    assert "all-gather" not in hlo, "the sharded batch was gathered before the custom call"
+    assert "all-reduce" in hlo, "the weight gradient's per-device partials were not summed"
     assert sharded[1][0].sharding.spec[0] == "data"

@@ -83,8 +83,15 @@ def _cuda_rule(target, used_tables):
 def register() -> None:
     for prim, (reference_fn, target, used_tables) in _OPS.items():
         mlir.register_lowering(prim, _reference_rule(reference_fn))
-        if extension.cuda_available():
-            mlir.register_lowering(prim, _cuda_rule(target, used_tables), platform="cuda")
+    if extension.cuda_available():
+        register_cuda()
+
+
+def register_cuda() -> None:
+    """The CUDA rules (also used by tests that lower for CUDA on a machine without a GPU)."""
+    sharding.require_device_assignment(*_OPS)
+    for prim, (_, target, used_tables) in _OPS.items():
+        mlir.register_lowering(prim, _cuda_rule(target, used_tables), platform="cuda")
 
 
 register()

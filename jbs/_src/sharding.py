@@ -50,14 +50,25 @@ def _row_axes(arg):
     return spec[1] if spec is not None and len(spec) > 1 else None
 
 
+def require_device_assignment(*primitives) -> None:
+    """Ask jax to lower computations holding these primitives with their device assignment.
+
+    jax lowers a jit device-independently (no device assignment) unless the jaxpr holds a
+    primitive registered here; ``custom_partitioning`` needs the devices, and our primitives
+    only become ``custom_partitioning`` calls inside their lowering, where jax cannot see them.
+    This is the registry jax's own ``custom_partitioning_p`` is in (jax 0.10 and 0.11). Without
+    it a sharded batch would be all-gathered before each kernel: correct, but not scalable."""
+    from jax._src import dispatch  # no public spelling of this registry
+    registry = getattr(dispatch, "prim_requires_devices_during_lowering", None)
+    if registry is not None:
+        registry.update(primitives)
+
+
 def spans_several_devices(axis_context) -> bool:
     """Whether a lowering is of a computation partitioned over several devices by XLA (a
     ``jit`` with sharded operands), as opposed to one device or a ``shard_map`` body."""
     if type(axis_context).__name__ != "ShardingContext":
         return False
-    # jax's custom_partitioning needs the device assignment at lowering time. jax 0.11 lowers
-    # sharded jits without one; the call then goes unpartitioned (XLA gathers its operands:
-    # correct, not scalable). See benchmarks/NOTES.md.
     devices = getattr(axis_context, "device_assignment", None)
     return devices is not None and len(devices) > 1
 
