@@ -29,6 +29,9 @@ NB_MODULE(_jbs_cuda, m) {
         d["jbs_bsmm_fwd"] = handler_capsule(JbsBsmmFwd);
         d["jbs_bsmm_dx"] = handler_capsule(JbsBsmmDx);
         d["jbs_bsmm_dw"] = handler_capsule(JbsBsmmDw);
+        d["jbs_bsconv_fwd"] = handler_capsule(JbsBsconvFwd);
+        d["jbs_bsconv_dx"] = handler_capsule(JbsBsconvDx);
+        d["jbs_bsconv_dw"] = handler_capsule(JbsBsconvDw);
         return d;
       },
       "Dict of FFI target name -> capsule wrapping the XLA_FFI_Handler*.");

@@ -4,12 +4,13 @@ The spatial connectivity is that of an ordinary convolution; each filter tap ``(
 same channel-block layout. ``w[i, j, b]`` is the block at ``np.argwhere(layout)[b]`` of tap
 ``(i, j)``, i.e. ``to_dense(w)[i, j, c*bs:(c+1)*bs, k*bs:(k+1)*bs]`` (an HWIO kernel).
 
-The convolution runs as one block-sparse matmul whose reduction covers (filter taps x nonzero
-input channel blocks): the taps are gathered along the channel axis and the layout is repeated
-once per tap, so accumulation stays in float32 across taps and every transform (grad, jvp,
-vmap) comes from the matmul primitives. It materialises the gathered taps in memory (an
-im2col buffer of kh*kw times the input); an implicit-GEMM CUDA kernel that avoids it is
-planned (see benchmarks/NOTES.md).
+The convolution is a block-sparse matmul of the input's im2col matrix (one row per output
+pixel, one column block per (filter tap, channel block)) with the weights of all taps, so the
+reduction covers (filter taps x nonzero input channel blocks) and accumulates in float32 across
+taps. The CUDA kernels never build the im2col matrix (implicit GEMM): they gather each row's
+pixels while loading a tile (jbs/_src/conv_geometry.py defines that gather). Forward, input
+gradient and weight gradient are the matmul primitives with a ``conv`` geometry, so grad, jvp,
+vmap and higher derivatives work as for the matmul.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from jbs._src import validation
+from jbs._src.conv_geometry import ConvGeometry
+from jbs._src.primitives import bsmm_fwd_p
+from jbs._src.tables import conv_tables_for
 from jbs.matmul import BlockSparseMatMul
 
 __all__ = ["BlockSparseConv", "BlockSparseConvTranspose"]
@@ -62,12 +66,8 @@ class _ConvBase:
         self.strides = _pair("strides", strides, 1)
         self.dilation = _pair("dilation", dilation, 1)
         self.padding = _check_padding(padding)
-        taps = self.kernel_size[0] * self.kernel_size[1]
         self._channels = BlockSparseMatMul(layout, block_size, precision=precision)
-        # Taps stacked along the reduction: row block t*Cb + c of the big layout is tap t,
-        # channel block c, so its row-major packed weights are w.reshape(taps*nnz, bs, bs).
-        self._matmul = BlockSparseMatMul(np.tile(self._channels.layout, (taps, 1)), block_size,
-                                         precision=precision)
+        self._tables = conv_tables_for(self._channels.layout, self.kernel_size[0] * self.kernel_size[1])
         self._key = (type(self).__name__, self._channels, self.kernel_size, self.strides,
                      self.dilation, self.padding)
 
@@ -120,20 +120,23 @@ class _ConvBase:
                              f"(N, H, W, {self.features[0]}); got {x.shape}")
         return x
 
-    def _stride1_conv(self, x, w, pads, strides):
-        """Gathers the taps of the padded input along channels and runs one block-sparse matmul."""
-        (kh, kw), (dh, dw), (sh, sw) = self.kernel_size, self.dilation, strides
-        x = jnp.pad(x, ((0, 0),) + tuple(pads) + ((0, 0),))
+    def _conv(self, x, w, geometry_for, pads, out_hw):
+        """Binds the forward primitive on the im2col matrix that ``geometry_for`` describes."""
         n, h, wd, c = x.shape
-        out_h = (h - (kh - 1) * dh - 1) // sh + 1
-        out_w = (wd - (kw - 1) * dw - 1) // sw + 1
-        if out_h < 1 or out_w < 1:
-            raise ValueError(f"the (padded) input of {h}x{wd} pixels is smaller than the dilated "
-                             f"kernel {(kh - 1) * dh + 1}x{(kw - 1) * dw + 1}")
-        taps = [x[:, i * dh:i * dh + (out_h - 1) * sh + 1:sh, j * dw:j * dw + (out_w - 1) * sw + 1:sw, :]
-                for i in range(kh) for j in range(kw)]
-        columns = jnp.concatenate(taps, axis=-1)  # (n, out_h, out_w, taps * C)
-        return self._matmul(columns, w.astype(x.dtype).reshape(self._matmul.w_shape))
+        if min(out_hw) < 1:
+            raise ValueError(f"the input of {h}x{wd} pixels with padding {pads} is smaller than the "
+                             f"dilated kernel {self._dilated_kernel()}: the output would be "
+                             f"{out_hw[0]}x{out_hw[1]}")
+        geometry = geometry_for(self.kernel_size, (h, wd), out_hw, self.strides, self.dilation,
+                                tuple(lo for lo, _ in pads))
+        taps_nnz = geometry.num_taps * self.nnz
+        y = bsmm_fwd_p.bind(x.reshape(1, n * h * wd, c),
+                            w.astype(x.dtype).reshape(1, taps_nnz, self.block_size, self.block_size),
+                            *self._tables, precision=self._channels._precision, conv=geometry)
+        return y.reshape(n, out_hw[0], out_hw[1], self.features[1])
+
+    def _dilated_kernel(self):
+        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation))
 
 
 class BlockSparseConv(_ConvBase):
@@ -149,11 +152,12 @@ class BlockSparseConv(_ConvBase):
     def __call__(self, x, w):
         x, w = self._check_x(x), self._check_w(w)
         if isinstance(self.padding, str):
-            dilated = tuple((k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation))
-            pads = lax.padtype_to_pads(x.shape[1:3], dilated, self.strides, self.padding)
+            pads = lax.padtype_to_pads(x.shape[1:3], self._dilated_kernel(), self.strides, self.padding)
         else:
             pads = self.padding
-        return self._stride1_conv(x, w, pads, self.strides)
+        out_hw = tuple((size + lo + hi - k) // s + 1 for size, (lo, hi), k, s
+                       in zip(x.shape[1:3], pads, self._dilated_kernel(), self.strides))
+        return self._conv(x, w, ConvGeometry.convolution, pads, out_hw)
 
     def __repr__(self):
         return (f"BlockSparseConv(C={self.features[0]}, K={self.features[1]}, kernel_size={self.kernel_size}, "
@@ -179,12 +183,12 @@ class BlockSparseConvTranspose(_ConvBase):
 
     def __call__(self, x, w):
         x, w = self._check_x(x), self._check_w(w)
-        sh, sw = self.strides
-        n, h, wd, c = x.shape
-        dilated = jnp.zeros((n, (h - 1) * sh + 1, (wd - 1) * sw + 1, c), x.dtype).at[:, ::sh, ::sw].set(x)
         if isinstance(self.padding, str):
-            pads = tuple(_transpose_padding((k - 1) * d + 1, s, self.padding)
-                         for k, d, s in zip(self.kernel_size, self.dilation, self.strides))
+            pads = tuple(_transpose_padding(k, s, self.padding)
+                         for k, s in zip(self._dilated_kernel(), self.strides))
         else:
             pads = self.padding
-        return self._stride1_conv(dilated, w, pads, (1, 1))
+        # The input dilated by the stride, padded, convolved with stride 1 (never materialised).
+        out_hw = tuple((size - 1) * s + 1 + lo + hi - k + 1 for size, (lo, hi), k, s
+                       in zip(x.shape[1:3], pads, self._dilated_kernel(), self.strides))
+        return self._conv(x, w, ConvGeometry.transposed_convolution, pads, out_hw)

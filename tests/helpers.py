@@ -45,6 +45,16 @@ def dense_f64(bsmm, w):
     return f64(bsmm.to_dense(jnp.asarray(w, jnp.float32)))
 
 
+def heavy_column_layout(rng, rows, cols, density=0.05):
+    """Power-law-like: one column holds every block (~20x the average at the default density);
+    an empty row and an empty column."""
+    layout = awkward_layout(rng, rows, cols, density=density)
+    layout[:, 1] = True
+    layout[rng.integers(rows), :] = False
+    layout[:, 0] = False
+    return layout
+
+
 def tolerance(dtype, precision=None) -> float:
     """Relative error bound ||out - ref|| / ||ref|| (METHOD.md): fp32 far under 1e-3, TF32 near
     3e-4, bf16 1e-3..1e-2; fp16 has 3 more mantissa bits than bf16."""

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 import jbs
-from helpers import awkward_layout, dense_f64, f64, random_array, rel_error, tolerance
+from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -24,15 +24,6 @@ def test_custom_calls_are_in_the_compiled_hlo(rng):
     hlo = step.lower(x, w).compile().as_text()
     for target in ("jbs_bsmm_fwd", "jbs_bsmm_dx", "jbs_bsmm_dw"):
         assert target in hlo, f"{target} missing from the compiled HLO"
-
-
-def heavy_column_layout(rng, rows, cols):
-    """Power-law-like: one column holds ~20x the average blocks; empty rows and columns."""
-    layout = awkward_layout(rng, rows, cols, density=0.05)
-    layout[:, 1] = True
-    layout[rng.integers(rows), :] = False
-    layout[:, 0] = False
-    return layout
 
 
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])

@@ -13,8 +13,7 @@ import jbs
 from jbs._src import lowering
 
 
-@pytest.fixture(scope="module")
-def cuda_text():
+def _with_cuda_rules(lower):
     # Register the CUDA rules for this lowering only: on a GPU machine without the extension, a
     # leaked registration would send every later test to FFI targets that do not exist.
     from jax._src.interpreters import mlir as mlir_internal
@@ -22,7 +21,7 @@ def cuda_text():
     saved = {prim: registry.get(prim) for prim in lowering._OPS}
     try:
         lowering.register_cuda()
-        return _lower_step()
+        return lower()
     finally:
         for prim, rule in saved.items():
             if rule is None:
@@ -31,11 +30,31 @@ def cuda_text():
                 registry[prim] = rule
 
 
+@pytest.fixture(scope="module")
+def cuda_text():
+    return _with_cuda_rules(_lower_step)
+
+
 def _lower_step():
     layout = np.array([[1, 0, 1], [1, 1, 0]], bool)
     bsmm = jbs.BlockSparseMatMul(layout, 16)
     step = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w) ** 2), argnums=(0, 1)))
     lowered = step.trace(jnp.ones((8, 32), jnp.bfloat16), jnp.ones(bsmm.w_shape, jnp.bfloat16))
+    return lowered.lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_conv_lowers_to_the_implicit_gemm_calls():
+    text = _with_cuda_rules(_lower_conv_step)
+    for target in ("jbs_bsconv_fwd", "jbs_bsconv_dx", "jbs_bsconv_dw"):
+        line = custom_call(text, target)
+        assert "geometry = dense<" in line and "block_size = 8 : i32" in line
+    assert "jbs_bsmm" not in text
+
+
+def _lower_conv_step():
+    conv = jbs.BlockSparseConv(np.array([[1, 0, 1], [1, 1, 0]], bool), 8, (2, 3), 2, ((1, 0), (2, 0)))
+    step = jax.jit(jax.grad(lambda x, w: jnp.sum(conv(x, w) ** 2), argnums=(0, 1)))
+    lowered = step.trace(jnp.ones((2, 7, 6, 16), jnp.bfloat16), jnp.ones(conv.w_shape, jnp.bfloat16))
     return lowered.lower(lowering_platforms=("cuda",)).as_text()
 
 

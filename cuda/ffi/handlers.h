@@ -8,4 +8,7 @@ extern "C" {
 XLA_FFI_Error* JbsBsmmFwd(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JbsBsmmDx(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JbsBsmmDw(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* JbsBsconvFwd(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* JbsBsconvDx(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* JbsBsconvDw(XLA_FFI_CallFrame* call_frame);
 }

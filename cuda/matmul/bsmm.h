@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "conv/row_gather.h"
+
 namespace jbs {
 
 // Arguments of the fwd / dx kernel (one kernel, transpose_w selects dx).
@@ -45,6 +47,10 @@ struct BsmmBlocksArgs {
   // groups * n_split * row_tile * block_size fp32 partials.
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
+  // Convolution (implicit GEMM): `in` is an image batch read through `gather`;
+  // rows are then the row space's pixels. The small-N path is not used.
+  bool gathered = false;
+  RowGather gather;
 };
 
 // Arguments of the dw kernel: dw[g, i] = x[g, :, c-block]^T @ dy[g, :, k-block]
@@ -65,6 +71,9 @@ struct BsmmDwArgs {
   int block_size = 0;
   bool precise = false;
   int num_sms = 132;  // for sizing the small-N dw launch
+  // Convolution: x is an image batch read through `gather`, rows are dy's.
+  bool gathered = false;
+  RowGather gather;
 };
 
 // T is float, __nv_bfloat16 or __half; explicit instantiations live in

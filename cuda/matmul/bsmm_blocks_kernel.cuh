@@ -9,12 +9,18 @@
 // flight, and accumulates a TN x bs fp32 tile with tensor cores. Items are
 // processed in segment order by fixed warps, so results are bitwise
 // deterministic. An empty segment writes zeros.
+//
+// GATHER: the input is an image batch and the kernel a convolution's implicit
+// GEMM: input tiles are gathered rows of its im2col matrix (conv/gathered_tile.cuh),
+// items name column blocks tap * src_blocks + channel block of that matrix.
 #pragma once
 
 #include <cstdint>
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "conv/gathered_tile.cuh"
+#include "conv/row_gather.h"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
 
@@ -33,6 +39,7 @@ struct BlocksParams {
   int64_t w_group_stride;
   int64_t out_group_stride;
   int out_blocks;  // out_cols / BS; blockIdx.x = row_tile * out_blocks + o
+  RowGather gather;  // GATHER only
 };
 
 constexpr int cmin(int a, int b) { return a < b ? a : b; }
@@ -75,7 +82,7 @@ struct BlocksConfig {
   static_assert(kMT >= 1 && kNT >= 1 && BS % kKStep == 0, "tile shape");
 };
 
-template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = false>
 __global__ void __launch_bounds__(128) bsmm_blocks_kernel(const BlocksParams p) {
   using Cfg = BlocksConfig<T, BS, TRANS, TN>;
   constexpr int kStages = Cfg::kStages;
@@ -89,7 +96,8 @@ __global__ void __launch_bounds__(128) bsmm_blocks_kernel(const BlocksParams p) 
   const int64_t n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(p.out_blocks)) * TN;
   const int64_t g = blockIdx.y;
 
-  const T* const in = static_cast<const T*>(p.in) + g * p.in_group_stride + n0 * p.in_cols;
+  const T* const in_group = static_cast<const T*>(p.in) + g * p.in_group_stride;
+  const T* const in = in_group + (GATHER ? 0 : n0 * p.in_cols);
   const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
   T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols +
                  static_cast<int64_t>(o) * BS;
@@ -99,11 +107,18 @@ __global__ void __launch_bounds__(128) bsmm_blocks_kernel(const BlocksParams p) 
   // items[j] = (weight block index, input block column); 8-byte aligned.
   const int2* const items = reinterpret_cast<const int2*>(p.items);
 
+  GatheredTile<T, TN, BS, Cfg::kThreads> gathered;
+  if constexpr (GATHER) gathered.init(p.gather, n0, p.rows, tid);
+
   auto load_stage = [&](int stage, int2 item) {
     T* xs = smem + stage * Cfg::kStageElems;
     T* ws = xs + TN * Cfg::kLdX;
-    load_tile_async<T, TN, BS, Cfg::kThreads>(xs, Cfg::kLdX, in + static_cast<int64_t>(item.y) * BS,
-                                              p.in_cols, valid_rows, tid);
+    if constexpr (GATHER) {
+      gathered.load(xs, Cfg::kLdX, in_group, p.in_cols, p.gather, item.y, tid);
+    } else {
+      load_tile_async<T, TN, BS, Cfg::kThreads>(xs, Cfg::kLdX, in + static_cast<int64_t>(item.y) * BS,
+                                                p.in_cols, valid_rows, tid);
+    }
     load_tile_async<T, BS, BS, Cfg::kThreads>(
         ws, Cfg::kLdW, w + static_cast<int64_t>(item.x) * (BS * BS), BS, BS, tid);
   };

@@ -7,12 +7,18 @@
 // full partial tile; the partials are summed in shared memory in a fixed order
 // at the end. No atomics and no cross-CTA reduction, so results are bitwise
 // deterministic. N = 0 writes zeros.
+//
+// GATHER: a convolution's weight gradient. x is an image batch read as its
+// im2col matrix (conv/gathered_tile.cuh), whose column block c-block is
+// tap * src_blocks + channel block; dy's rows are the row space.
 #pragma once
 
 #include <cstdint>
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "conv/gathered_tile.cuh"
+#include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
@@ -30,6 +36,7 @@ struct DwParams {
   int64_t x_group_stride;
   int64_t dy_group_stride;
   int64_t dw_group_stride;
+  RowGather gather;  // GATHER only
 };
 
 template <typename T, int BS>
@@ -63,7 +70,7 @@ struct DwConfig {
   static_assert((kLd * sizeof(T)) % 16 == 0 && kStageBytes % 16 == 0, "16B rows");
 };
 
-template <typename T, int BS, bool PRECISE>
+template <typename T, int BS, bool PRECISE, bool GATHER = false>
 __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   using Cfg = DwConfig<T, BS>;
   constexpr int kStages = Cfg::kStages;
@@ -78,8 +85,8 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   const int64_t g = blockIdx.y;
   const int2 item = __ldg(reinterpret_cast<const int2*>(p.items) + i);  // (c-block, k-block)
 
-  const T* const x =
-      static_cast<const T*>(p.x) + g * p.x_group_stride + static_cast<int64_t>(item.x) * BS;
+  const T* const x_group = static_cast<const T*>(p.x) + g * p.x_group_stride;
+  const T* const x = x_group + static_cast<int64_t>(item.x) * BS;
   const T* const dy =
       static_cast<const T*>(p.dy) + g * p.dy_group_stride + static_cast<int64_t>(item.y) * BS;
   T* const out = static_cast<T*>(p.dw) + g * p.dw_group_stride + i * (BS * BS);
@@ -90,7 +97,13 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
     const int valid = static_cast<int>(p.rows - r0 < kRows ? p.rows - r0 : kRows);
     T* xs = smem + stage * Cfg::kStageElems;
     T* ds = xs + Cfg::kTileElems;
-    load_tile_async<T, kRows, BS, Cfg::kThreads>(xs, Cfg::kLd, x + r0 * p.x_cols, p.x_cols, valid, tid);
+    if constexpr (GATHER) {
+      GatheredTile<T, kRows, BS, Cfg::kThreads> gathered;
+      gathered.init(p.gather, r0, p.rows, tid);
+      gathered.load(xs, Cfg::kLd, x_group, p.x_cols, p.gather, item.x, tid);
+    } else {
+      load_tile_async<T, kRows, BS, Cfg::kThreads>(xs, Cfg::kLd, x + r0 * p.x_cols, p.x_cols, valid, tid);
+    }
     load_tile_async<T, kRows, BS, Cfg::kThreads>(ds, Cfg::kLd, dy + r0 * p.dy_cols, p.dy_cols, valid,
                                                  tid);
   };

@@ -28,7 +28,7 @@ int pick_row_tile(int64_t rows) {
   return 128;
 }
 
-template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = false>
 cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   using Cfg = BlocksConfig<T, BS, TRANS, TN>;
   BlocksParams p;
@@ -46,10 +46,11 @@ cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
   const int64_t out_blocks = a.out_cols / BS;
   const int64_t row_tiles = (a.rows + TN - 1) / TN;
   p.out_blocks = static_cast<int>(out_blocks);
+  p.gather = a.gather;
   // The handlers guarantee out_blocks * row_tiles < 2^31 and groups <= 65535.
   const dim3 grid(static_cast<unsigned>(out_blocks * row_tiles), static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_blocks_kernel<T, BS, TRANS, TN, PRECISE>, grid, dim3(Cfg::kThreads),
-                       Cfg::kSmemBytes, stream, p);
+  return launch_kernel(bsmm_blocks_kernel<T, BS, TRANS, TN, PRECISE, GATHER>, grid,
+                       dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
 }
 
 // Which variant of the small-N kernels: the 8-warp deep one (BIG) pays off when
@@ -110,6 +111,11 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (a.gathered) {
+          // Convolutions have many rows (pixels): one variant, the largest row tile.
+          constexpr int kTile = (sizeof(T) == 4 && BS == 64) ? 64 : 128;
+          return launch_blocks_variant<T, BS, TRANS, kTile, PRECISE, true>(a, stream);
+        }
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
           const int64_t nnz_items = a.nnz;
           switch (stream_row_tile_host(a.rows)) {
@@ -141,7 +147,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
   });
 }
 
-template <typename T, int BS, bool PRECISE>
+template <typename T, int BS, bool PRECISE, bool GATHER = false>
 cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   using Cfg = DwConfig<T, BS>;
   DwParams p;
@@ -155,10 +161,11 @@ cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   p.x_group_stride = a.x_group_stride;
   p.dy_group_stride = a.dy_group_stride;
   p.dw_group_stride = a.dw_group_stride;
+  p.gather = a.gather;
   // The handlers guarantee nnz < 2^31 and groups <= 65535.
   const dim3 grid(static_cast<unsigned>(a.nnz), static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_dw_kernel<T, BS, PRECISE>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes,
-                       stream, p);
+  return launch_kernel(bsmm_dw_kernel<T, BS, PRECISE, GATHER>, grid, dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
 }
 
 template <typename T, int BS, int TN, bool PRECISE, bool BIG>
@@ -199,6 +206,7 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
     constexpr int BS = decltype(bs_c)::value;
     return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
       constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+      if (a.gathered) return launch_dw_variant<T, BS, PRECISE, true>(a, stream);
       if (a.rows >= 1 && a.rows <= kStreamMaxRowsHost) {
         switch (stream_row_tile_host(a.rows)) {
           case 16:

@@ -42,7 +42,9 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
 
 
 def _reference_rule(reference_fn):
-    def fn(a, b, *tables, precision):
+    def fn(a, b, *tables, precision, conv=None):
+        if conv is not None:  # build the im2col matrix that the CUDA kernels only gather
+            a = (conv.transposed() if reference_fn is reference.input_grad else conv).gather(a)
         return reference_fn(a, b, *tables[:_REFERENCE_TABLES], precision=precision)
     return mlir.lower_fun(fn, multiple_results=False)
 
@@ -62,21 +64,45 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
     return outs[0]
 
 
+def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
+    """The implicit-GEMM convolution kernels: the output only (they need no scratch). The
+    ``geometry`` attribute is the map that gathers operand 0's rows: the transposed one for dx."""
+    groups = b.shape[0] if a.shape[0] == 1 else a.shape[0]
+    gather = conv.transposed() if target == "jbs_bsconv_dx" else conv
+    if target == "jbs_bsconv_dw":
+        shape = (groups, tables[0].shape[0], block_size, block_size)
+    else:
+        shape = (groups, gather.rows_for(a.shape[1]), block_size * (tables[0].shape[0] - 1))
+    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, a.dtype))(
+        a, b, *tables, block_size=np.int32(block_size), precision=np.int32(precision),
+        geometry=gather.as_attribute())
+
+
 def _cuda_rule(target, used_tables):
     """Calls the FFI target with the two data operands and only the tables it reads, row-
     partitioned over devices when the activations are sharded (see sharding.py)."""
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     is_dw = target == "jbs_bsmm_dw"
 
-    def rule(ctx, *operands, precision):
+    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables[:2]]
+
+    def rule(ctx, *operands, precision, conv=None):
         block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]
-        call = functools.partial(_ffi_call, target, block_size, precision)
-        # Partition only a computation over several devices (not a shard_map body, which is
-        # already per device, and not a single device, where there is nothing to split).
-        if sharding.spans_several_devices(ctx.module_context.axis_context):
-            call = sharding.partitioned(call, rows_in_output=not is_dw)
-        subset_ctx = ctx.replace(avals_in=[ctx.avals_in[i] for i in keep])
-        return mlir.lower_fun(call, multiple_results=False)(subset_ctx, *[operands[i] for i in keep])
+        if conv is not None:
+            kept = conv_keep if not is_dw else keep
+            call = functools.partial(_conv_ffi_call, target.replace("bsmm", "bsconv"), block_size,
+                                     precision, conv)
+        else:
+            kept = keep
+            call = functools.partial(_ffi_call, target, block_size, precision)
+            # Partition only a computation over several devices (not a shard_map body, which is
+            # already per device, and not a single device, where there is nothing to split).
+            # Convolutions are not row-partitioned: a device's rows must be whole images, which
+            # the partitioner does not promise; XLA gathers their batch instead (correct).
+            if sharding.spans_several_devices(ctx.module_context.axis_context):
+                call = sharding.partitioned(call, rows_in_output=not is_dw)
+        subset_ctx = ctx.replace(avals_in=[ctx.avals_in[i] for i in kept])
+        return mlir.lower_fun(call, multiple_results=False)(subset_ctx, *[operands[i] for i in kept])
     return rule
 
 

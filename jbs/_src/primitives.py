@@ -11,8 +11,12 @@ carries so that each one's transpose can bind the others. Every data operand has
 group axis of size 1 (shared by all groups) or G; groups are how ``vmap`` over stacked weights
 runs in one kernel launch instead of a Python loop.
 
-The only parameter is ``precision`` (precision.DEFAULT or HIGHEST); shapes follow from the
-operands: K = bs * (len(fwd_offsets) - 1), C = bs * (len(dx_offsets) - 1).
+Parameters: ``precision`` (precision.DEFAULT or HIGHEST) and ``conv`` (None, or a
+conv_geometry.ConvGeometry). With ``conv`` the primitives are a block-sparse *convolution*: the
+first operand of fwd and dw is an image batch (G, images * H * W, C) that the op reads as its
+im2col matrix (``conv.gather``), and the first operand of dx, the output gradient, is read
+through the transposed map; the tables are then tables.conv_tables_for's. Shapes follow from
+the operands: K = bs * (len(fwd_offsets) - 1), C = bs * (len(dx_offsets) - 1).
 """
 
 from __future__ import annotations
@@ -50,23 +54,28 @@ def _check_common(name, a, b, tables):
         raise TypeError(f"{name}: expected {NUM_TABLES} lookup tables, got {len(tables)}")
 
 
-def _fwd_abstract(x, w, *tables, precision):
+def _fwd_abstract(x, w, *tables, precision, conv=None):
     _check_common("bsmm_fwd", x, w, tables)
     g = _group_count("bsmm_fwd", x, w)
     k = w.shape[-1] * (tables[0].shape[0] - 1)
-    return jax.core.ShapedArray((g, x.shape[1], k), x.dtype)
+    rows = x.shape[1] if conv is None else conv.rows_for(x.shape[1])
+    return jax.core.ShapedArray((g, rows, k), x.dtype)
 
 
-def _dx_abstract(dy, w, *tables, precision):
+def _dx_abstract(dy, w, *tables, precision, conv=None):
     _check_common("bsmm_dx", dy, w, tables)
     g = _group_count("bsmm_dx", dy, w)
     c = w.shape[-1] * (tables[2].shape[0] - 1)
-    return jax.core.ShapedArray((g, dy.shape[1], c), dy.dtype)
+    rows = dy.shape[1] if conv is None else conv.transposed().rows_for(dy.shape[1])
+    return jax.core.ShapedArray((g, rows, c), dy.dtype)
 
 
-def _dw_abstract(x, dy, *tables, precision):
+def _dw_abstract(x, dy, *tables, precision, conv=None):
     _check_common("bsmm_dw", x, dy, tables)
     g = _group_count("bsmm_dw", x, dy)
+    rows = x.shape[1] if conv is None else conv.rows_for(x.shape[1])
+    if dy.shape[1] != rows:
+        raise ValueError(f"bsmm_dw: x gives {rows} rows but dy has {dy.shape[1]}")
     bs = x.shape[-1] // (tables[2].shape[0] - 1)
     return jax.core.ShapedArray((g, tables[4].shape[0], bs, bs), x.dtype)
 
@@ -174,7 +183,8 @@ def _batch_rule(prim, activation_first):
             a = jnp.moveaxis(a, da, 1)  # (g, batch, n, f)
             g, batch, n, f = a.shape
             out = prim.bind(a.reshape(g, batch * n, f), b, *tables, **params)
-            return out.reshape(out.shape[0], batch, n, out.shape[-1]), 1
+            # (output rows per batch entry differ from n for a convolution)
+            return out.reshape(out.shape[0], batch, out.shape[1] // batch, out.shape[-1]), 1
         batch = a.shape[da] if da is not NOT_MAPPED else b.shape[db]
         groups = max(_group_size(a, da), _group_size(b, db))
         out = prim.bind(_to_groups(a, da, batch, groups), _to_groups(b, db, batch, groups),

@@ -61,9 +61,9 @@ def input_grad(dy, w, fwd_offsets, fwd_items, dx_offsets, dx_items, dw_items, *,
 
 
 def weight_grad(x, dy, fwd_offsets, fwd_items, dx_offsets, dx_items, dw_items, *, precision):
-    del fwd_items, dx_items
+    del fwd_items, dx_offsets, dx_items
     g = _groups(x, dy)
-    bs = x.shape[-1] // (dx_offsets.shape[0] - 1)
+    bs = dy.shape[-1] // (fwd_offsets.shape[0] - 1)
     n, nnz = x.shape[1], dw_items.shape[0]
     x_blocks = jnp.broadcast_to(_gather_blocks(x, dw_items[:, 0], bs), (g, n, nnz, bs))
     dy_blocks = jnp.broadcast_to(_gather_blocks(dy, dw_items[:, 1], bs), (g, n, nnz, bs))

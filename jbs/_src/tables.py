@@ -116,3 +116,40 @@ def _cached(layout_bytes: bytes, shape: tuple[int, int]) -> Tables:
 def tables_for(layout: np.ndarray) -> Tables:
     """Cached tables of a bool layout: rebuilding an op with the same layout is free."""
     return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape)
+
+
+def build_conv_tables(layout: np.ndarray, taps: int) -> Tables:
+    """Tables of a convolution with ``taps`` filter taps over a (Cb, Kb) channel layout.
+
+    Its im2col matrix has tap-major column blocks (block ``t * Cb + c`` is tap t, channel block
+    c), so forward and weight gradient use the tables of the layout stacked once per tap, whose
+    packed order is the conv's ``w.reshape(taps * nnz, bs, bs)``. The input gradient has one
+    output block per *channel* block c, summing over taps: its segment c holds the items of
+    rows ``t * Cb + c`` of the stacked layout for every t, each reading block ``t * Kb + k`` of
+    the gathered output gradient (also tap-major)."""
+    cb, kb = layout.shape
+    stacked = tables_for(np.tile(layout, (taps, 1)))
+    segments = [[] for _ in range(cb)]
+    for row in range(taps * cb):
+        t, c = divmod(row, cb)
+        items = stacked.dx_items[stacked.dx_offsets[row]:stacked.dx_offsets[row + 1]]
+        segments[c].append(np.stack([items[:, 0], t * kb + items[:, 1]], axis=1))
+    counts = [sum(len(part) for part in parts) for parts in segments]
+    dx_offsets = np.zeros(cb + 1, np.int64)
+    np.cumsum(counts, out=dx_offsets[1:])
+    dx_items = np.concatenate([part for parts in segments for part in parts] or [np.zeros((0, 2))])
+    as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
+    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=as_i32(dx_items.reshape(-1, 2)))
+    for table in tables:
+        table.setflags(write=False)
+    return tables
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_conv(layout_bytes: bytes, shape: tuple[int, int], taps: int) -> Tables:
+    return build_conv_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), taps)
+
+
+def conv_tables_for(layout: np.ndarray, taps: int) -> Tables:
+    """Cached convolution tables (see build_conv_tables)."""
+    return _cached_conv(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, taps)

@@ -1,0 +1,106 @@
+// Validation shared by the FFI handlers: each check returns an ffi::Error whose
+// message names the target, the operand, the shape or dtype received and the
+// one expected.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "common/dispatch.cuh"
+#include "ffi/ffi_util.h"
+#include "ffi/xla_ffi.h"
+
+namespace jbs {
+
+constexpr int64_t kMaxGridX = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxGroups = 65535;  // gridDim.y limit
+
+using std::to_string;
+
+// Multiprocessor count of the current device (host attribute query: no sync,
+// legal during graph capture), cached per device.
+inline int num_sms() {
+  static int cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  if (dev >= 0 && dev < 64 && cached[dev] > 0) return cached[dev];
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+  if (dev >= 0 && dev < 64) cached[dev] = n;
+  return n;
+}
+
+// Checks dtype and rank of a data operand (x, w, dy or a result).
+inline ffi::Error check_data(const char* target, const std::string& name, const ffi::AnyBuffer& b,
+                      ffi::DataType dtype, size_t rank, const char* layout) {
+  if (b.element_type() != dtype) {
+    return invalid(target, name + " has dtype " + dtype_name(b.element_type()) + ", expected " +
+                               dtype_name(dtype) +
+                               " (x, w, dy and the result must all have one dtype)");
+  }
+  if (b.dimensions().size() != rank) {
+    return invalid(target, name + " has shape " + shape_str(b.dimensions()) + ", expected rank " +
+                               to_string(rank) + " " + layout);
+  }
+  return ffi::Error::Success();
+}
+
+// Checks an int32 index operand's dtype and rank.
+inline ffi::Error check_index(const char* target, const std::string& name, const ffi::AnyBuffer& b,
+                       size_t rank, const char* layout) {
+  if (b.element_type() != ffi::DataType::S32) {
+    return invalid(target, name + " has dtype " + dtype_name(b.element_type()) +
+                               ", expected int32 " + layout);
+  }
+  if (b.dimensions().size() != rank) {
+    return invalid(target, name + " has shape " + shape_str(b.dimensions()) + ", expected rank " +
+                               to_string(rank) + " " + layout);
+  }
+  return ffi::Error::Success();
+}
+
+// The group dim of an operand must be 1 (broadcast) or the result's G.
+inline ffi::Error check_group(const char* target, const std::string& name, const ffi::AnyBuffer& b,
+                       int64_t groups) {
+  const int64_t gb = b.dimensions()[0];
+  if (gb != 1 && gb != groups) {
+    return invalid(target, name + " has shape " + shape_str(b.dimensions()) + ": leading group dim " +
+                               to_string(gb) + " must be 1 or the result's group count " +
+                               to_string(groups));
+  }
+  return ffi::Error::Success();
+}
+
+inline ffi::Error check_attrs(const char* target, int32_t block_size, int32_t precision) {
+  if (!is_supported_block_size(block_size)) {
+    return invalid(target, "attribute block_size is " + to_string(block_size) +
+                               ", expected one of 8, 16, 32, 64");
+  }
+  if (precision != 0 && precision != 1) {
+    return invalid(target, "attribute precision is " + to_string(precision) +
+                               ", expected 0 (default) or 1 (highest)");
+  }
+  return ffi::Error::Success();
+}
+
+// First dtype check shared by all targets: the leading data operand decides
+// the dtype every other data operand must match.
+inline ffi::Error check_supported_dtype(const char* target, const std::string& name,
+                                 const ffi::AnyBuffer& b) {
+  if (!to_dtype(b.element_type())) {
+    return invalid(target, name + " has dtype " + dtype_name(b.element_type()) +
+                               ", expected float32, bfloat16 or float16");
+  }
+  return ffi::Error::Success();
+}
+
+#define JBS_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::xla::ffi::Error jbs_err_ = (expr);       \
+    if (jbs_err_.failure()) return jbs_err_;   \
+  } while (0)
+
+}  // namespace jbs

@@ -1,0 +1,82 @@
+"""The implicit-GEMM convolution kernels: really used on GPU, no im2col matmul, and forward,
+input gradient and weight gradient match float64 for every dtype and block size over strided,
+dilated, asymmetrically padded and transposed convolutions."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import jbs
+from helpers import f64, heavy_column_layout, random_array, rel_error, tolerance
+from test_conv import DN
+
+pytestmark = pytest.mark.gpu
+
+
+def power_law_layout(rng, rows, cols):
+    return heavy_column_layout(rng, rows, cols, density=0.2)
+
+
+def dense_reference(op, x, kernel):
+    x, kernel = jnp.asarray(x, jnp.float32), jnp.asarray(kernel, jnp.float32)
+    if isinstance(op, jbs.BlockSparseConvTranspose):
+        return lax.conv_transpose(x, kernel, op.strides, op.padding, rhs_dilation=op.dilation,
+                                  dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+    return lax.conv_general_dilated(x, kernel, op.strides, op.padding, rhs_dilation=op.dilation,
+                                    dimension_numbers=DN, precision=lax.Precision.HIGHEST)
+
+
+def test_conv_uses_the_implicit_gemm_kernels(rng):
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 4, 3), 16, (3, 3), 2)
+    x = random_array(rng, (2, 9, 8, 64), jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    step = jax.jit(jax.grad(lambda x, w: jnp.sum(conv(x, w).astype(jnp.float32) ** 2), argnums=(0, 1)))
+    hlo = step.lower(x, w).compile().as_text()
+    for target in ("jbs_bsconv_fwd", "jbs_bsconv_dx", "jbs_bsconv_dw"):
+        assert target in hlo, f"{target} missing from the compiled HLO"
+    assert "jbs_bsmm" not in hlo, "the convolution fell back to an im2col matmul"
+
+
+GEOMETRIES = [  # op, kernel_size, strides, padding, dilation
+    (jbs.BlockSparseConv, (3, 3), 1, "SAME", 1),
+    (jbs.BlockSparseConv, (2, 3), 1, ((1, 0), (2, 0)), 1),
+    (jbs.BlockSparseConv, (3, 2), 2, "VALID", 1),
+    (jbs.BlockSparseConv, (3, 3), 2, ((1, 1), (0, 2)), 2),
+    (jbs.BlockSparseConv, (1, 1), 1, "SAME", 1),
+    (jbs.BlockSparseConvTranspose, (2, 2), 2, "SAME", 1),
+    (jbs.BlockSparseConvTranspose, (3, 3), 2, "SAME", 1),
+]
+
+
+@pytest.mark.parametrize("op,kernel_size,strides,padding,dilation", GEOMETRIES)
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_three_ops_against_float64(rng, op, kernel_size, strides, padding, dilation, bs, dtype):
+    for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
+        conv = op(power_law_layout(rng, 3, 4), bs, kernel_size, strides, padding, dilation,
+                  precision=precision)
+        x = random_array(rng, (3, 13, 10, 3 * bs), dtype)  # odd sizes, 390 pixels: partial tiles
+        w = random_array(rng, conv.w_shape, dtype)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(conv, x, w))(x, w)
+        g = random_array(rng, y.shape, dtype)
+        dx, dw = jax.jit(pullback)(g)
+        kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
+        ref_y, ref_pullback = jax.vjp(lambda x, k: dense_reference(conv, x, k), jnp.asarray(x, jnp.float32), kernel)
+        ref_dx, ref_dkernel = ref_pullback(jnp.asarray(g, jnp.float32))
+        tol = tolerance(dtype, precision)
+        assert rel_error(y, f64(ref_y)) < tol
+        assert rel_error(dx, f64(ref_dx)) < tol
+        assert rel_error(dw, f64(conv.from_dense(ref_dkernel))) < tol
+
+
+def test_conv_is_bitwise_deterministic(rng):
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 6, 5), 32, (3, 3))
+    x = random_array(rng, (4, 17, 15, 192), jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    step = jax.jit(jax.value_and_grad(lambda x, w: jnp.sum(conv(x, w).astype(jnp.float32) ** 2), argnums=(0, 1)))
+    first = jax.tree.leaves(step(x, w))
+    for _ in range(3):
+        for a, b in zip(first, jax.tree.leaves(step(x, w))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
