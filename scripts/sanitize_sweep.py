@@ -1,5 +1,7 @@
 """A small sweep of every kernel for compute-sanitizer (memcheck, racecheck): each block size,
-dtype and op on awkward layouts (empty rows and columns, a heavy column), N not a tile multiple."""
+dtype and op on awkward layouts (empty rows and columns, a heavy column), N not a tile multiple
+(small-N and large-N paths), and the implicit-GEMM convolution: strided and padded, transposed,
+and a weight gradient whose rows are split over several CTAs."""
 
 import numpy as np
 import jax
@@ -15,10 +17,17 @@ for bs in (8, 16, 32, 64):
         layout[:, 2] = False
         layout[:, 0] = True
         bsmm = jbs.BlockSparseMatMul(layout, bs)
-        for n in (1, 37):
+        for n in (1, 37, 300):
             x = jnp.asarray(rng.standard_normal((n, bsmm.shape[0])), dtype)
             w = jnp.asarray(rng.standard_normal(bsmm.w_shape), dtype)
             g = jnp.asarray(rng.standard_normal((n, bsmm.shape[1])), dtype)
             y, pull = jax.vjp(bsmm, x, w)
             jax.block_until_ready((y, pull(g)))
+        for conv, shape in ((jbs.BlockSparseConv(layout, bs, (2, 3), 2, ((1, 0), (2, 0))), (2, 9, 7)),
+                            (jbs.BlockSparseConvTranspose(layout, bs, (3, 3), 2), (2, 5, 4)),
+                            (jbs.BlockSparseConv(layout, bs, (1, 1)), (3, 33, 31))):  # dw row splits
+            x = jnp.asarray(rng.standard_normal(shape + (conv.features[0],)), dtype)
+            w = jnp.asarray(rng.standard_normal(conv.w_shape), dtype)
+            y, pull = jax.vjp(conv, x, w)
+            jax.block_until_ready((y, pull(jnp.ones_like(y))))
 print("sanitize sweep done")

@@ -80,3 +80,22 @@ def test_conv_is_bitwise_deterministic(rng):
     for _ in range(3):
         for a, b in zip(first, jax.tree.leaves(step(x, w))):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_weight_gradient_split_over_rows(rng, dtype):
+    """Few blocks, many pixels: each block's rows are split over several CTAs whose partials
+    are summed in a fixed order (lowering._dw_row_splits > 1 here)."""
+    from jbs._src import lowering
+
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 2, 3), 32, (1, 3), padding=((0, 0), (1, 1)))
+    x = random_array(rng, (6, 33, 31, 64), dtype)  # 6138 pixels
+    assert lowering._dw_row_splits(6 * 33 * 31, conv.nnz * 3) > 1
+    w = random_array(rng, conv.w_shape, dtype)
+    g = random_array(rng, x.shape[:3] + (96,), dtype)
+    dw_of = jax.jit(lambda x, g: jax.vjp(lambda w: conv(x, w), w)[1](g)[0])
+    dw = dw_of(x, g)
+    _, ref_pullback = jax.vjp(lambda k: dense_reference(conv, x, k), conv.to_dense(jnp.asarray(w, jnp.float32)))
+    ref = conv.from_dense(ref_pullback(jnp.asarray(g, jnp.float32))[0])
+    assert rel_error(dw, f64(ref)) < tolerance(dtype)
+    np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw_of(x, g)))

@@ -3,7 +3,8 @@
 // RowGather map (cuda/conv/row_gather.h) instead of read as a matrix.
 //   jbs_bsconv_fwd  y  = im2col(x) @ W            rows: output pixels
 //   jbs_bsconv_dx   dx = im2col'(dy) @ W^T        rows: input pixels (transposed map)
-//   jbs_bsconv_dw   dw[i] = im2col(x)[:, c_i]^T @ dy[:, k_i]
+//   jbs_bsconv_dw   dw[i] = im2col(x)[:, c_i]^T @ dy[:, k_i]   (rows split over
+//                   row_splits CTAs per block, partials summed in order via scratch)
 // W stacks the taps: (G|1, taps * nnz, bs, bs). Tables as jbs/_src/tables.py's
 // build_conv_tables. Same production rules as the matmul handlers: host-side
 // validation only, one kernel on XLA's stream, no sync, no allocation.
@@ -153,9 +154,11 @@ ffi::Error BsconvDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w
 
 ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
                         ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dw_result,
-                        int32_t block_size, int32_t precision, ffi::Span<const int32_t> geometry) {
+                        ffi::Result<ffi::AnyBuffer> scratch_result, int32_t block_size,
+                        int32_t precision, ffi::Span<const int32_t> geometry, int32_t row_splits) {
   const char* target = "jbs_bsconv_dw";
   ffi::AnyBuffer dw = *dw_result;
+  ffi::AnyBuffer scratch = *scratch_result;
   JBS_RETURN_IF_ERROR(check_supported_dtype(target, "operand x", x));
   const ffi::DataType dt = x.element_type();
   JBS_RETURN_IF_ERROR(check_attrs(target, block_size, precision));
@@ -186,6 +189,17 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
     return invalid(target, "result dw has shape " + shape_str(wd) + ": at most 65535 groups and "
                                "2^31-1 blocks are supported");
   }
+  if (row_splits < 1 || row_splits > kMaxGroups) {
+    return invalid(target, "attribute row_splits is " + to_string(row_splits) + ", expected 1..65535");
+  }
+  const int64_t need_scratch = row_splits > 1 ? 4 * groups * row_splits * wd[1] * bs * bs : 0;
+  if (scratch.element_type() != ffi::DataType::F32 ||
+      static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
+    return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) + " bytes of " +
+                               dtype_name(scratch.element_type()) + ", expected float32 of at least " +
+                               to_string(need_scratch) + " bytes for " + to_string(row_splits) +
+                               " row splits");
+  }
   if (groups == 0 || wd[1] == 0) return ffi::Error::Success();
 
   BsmmDwArgs a;
@@ -206,6 +220,8 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
   a.num_sms = num_sms();
   a.gathered = true;
   a.gather = gather;
+  a.row_splits = row_splits;
+  a.partials = row_splits > 1 ? static_cast<float*>(scratch.untyped_data()) : nullptr;
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_bsmm_dw<T>(a, stream);
@@ -240,7 +256,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsconvDw, jbs::BsconvDwImpl,
                                   .Arg<ffi::AnyBuffer>()  // dy (G|1, images * Ho * Wo, K)
                                   .Arg<ffi::AnyBuffer>()  // dw_items int32 (taps * nnz, 2)
                                   .Ret<ffi::AnyBuffer>()  // dw (G, taps * nnz, bs, bs)
+                                  .Ret<ffi::AnyBuffer>()  // scratch float32 (row-split partials)
                                   .Attr<int32_t>("block_size")
                                   .Attr<int32_t>("precision")
-                                  .Attr<ffi::Span<const int32_t>>("geometry"),
+                                  .Attr<ffi::Span<const int32_t>>("geometry")
+                                  .Attr<int32_t>("row_splits"),
                               {ffi::Traits::kCmdBufferCompatible});

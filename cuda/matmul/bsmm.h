@@ -74,6 +74,10 @@ struct BsmmDwArgs {
   // Convolution: x is an image batch read through `gather`, rows are dy's.
   bool gathered = false;
   RowGather gather;
+  // Rows cut into this many ranges, reduced through `partials` (fp32,
+  // groups * row_splits * nnz * bs * bs), see bsmm_dw_kernel.cuh. Large-N path only.
+  int row_splits = 1;
+  float* partials = nullptr;
 };
 
 // T is float, __nv_bfloat16 or __half; explicit instantiations live in

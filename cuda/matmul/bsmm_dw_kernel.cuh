@@ -8,6 +8,12 @@
 // at the end. No atomics and no cross-CTA reduction, so results are bitwise
 // deterministic. N = 0 writes zeros.
 //
+// Row splits (blockIdx.z, when row_splits > 1): with few nonzero blocks and
+// many rows (a convolution over a whole image batch) one CTA per block leaves
+// most SMs idle, so the rows are cut into row_splits contiguous ranges of
+// whole chunks. Each CTA writes its fp32 partial tile to `partials`, and
+// bsmm_dw_sum_splits_kernel adds them in split order: still deterministic.
+//
 // GATHER: a convolution's weight gradient. x is an image batch read as its
 // im2col matrix (conv/gathered_tile.cuh), whose column block c-block is
 // tap * src_blocks + channel block; dy's rows are the row space.
@@ -37,6 +43,8 @@ struct DwParams {
   int64_t dy_group_stride;
   int64_t dw_group_stride;
   RowGather gather;  // GATHER only
+  int row_splits;    // 1: write dw directly
+  float* partials;   // row_splits > 1: (G, row_splits, nnz, BS, BS) fp32
 };
 
 template <typename T, int BS>
@@ -90,10 +98,13 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   const T* const dy =
       static_cast<const T*>(p.dy) + g * p.dy_group_stride + static_cast<int64_t>(item.y) * BS;
   T* const out = static_cast<T*>(p.dw) + g * p.dw_group_stride + i * (BS * BS);
-  const int64_t num_chunks = (p.rows + kRows - 1) / kRows;
+  const int64_t all_chunks = (p.rows + kRows - 1) / kRows;
+  const int64_t per_split = (all_chunks + p.row_splits - 1) / p.row_splits;
+  const int64_t first_chunk = min(static_cast<int64_t>(blockIdx.z) * per_split, all_chunks);
+  const int64_t num_chunks = min(per_split, all_chunks - first_chunk);
 
   auto load_stage = [&](int stage, int64_t chunk) {
-    const int64_t r0 = chunk * kRows;
+    const int64_t r0 = (first_chunk + chunk) * kRows;
     const int valid = static_cast<int>(p.rows - r0 < kRows ? p.rows - r0 : kRows);
     T* xs = smem + stage * Cfg::kStageElems;
     T* ds = xs + Cfg::kTileElems;
@@ -146,8 +157,30 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   stage_acc<Cfg::kMT, Cfg::kNT, BS>(cs + wk * Cfg::kPartStride, Cfg::kLdC, wm * Cfg::kWarpM, 0, acc,
                                     lane);
   __syncthreads();
-  store_tile<T, BS, BS, Cfg::kThreads, Cfg::kWarpsK>(cs, Cfg::kLdC, Cfg::kPartStride, out, BS, BS,
-                                                     tid);
+  if (p.row_splits > 1) {
+    const int64_t nnz = gridDim.x;
+    float* const partial = p.partials + ((g * p.row_splits + blockIdx.z) * nnz + i) * (BS * BS);
+    store_tile<float, BS, BS, Cfg::kThreads, Cfg::kWarpsK>(cs, Cfg::kLdC, Cfg::kPartStride, partial,
+                                                           BS, BS, tid);
+  } else {
+    store_tile<T, BS, BS, Cfg::kThreads, Cfg::kWarpsK>(cs, Cfg::kLdC, Cfg::kPartStride, out, BS, BS,
+                                                       tid);
+  }
+}
+
+// dw[g, e] = sum over splits s (in order) of partials[g, s, e], e over nnz * BS * BS.
+template <typename T>
+__global__ void bsmm_dw_sum_splits_kernel(const float* partials, T* dw, int64_t groups,
+                                          int64_t block_elems, int row_splits) {
+  const int64_t total = groups * block_elems;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = idx / block_elems;
+    const float* src = partials + g * row_splits * block_elems + (idx - g * block_elems);
+    float sum = 0.f;
+    for (int s = 0; s < row_splits; ++s) sum += src[s * block_elems];
+    dw[idx] = from_float<T>(sum);
+  }
 }
 
 }  // namespace jbs

@@ -162,10 +162,19 @@ cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   p.dy_group_stride = a.dy_group_stride;
   p.dw_group_stride = a.dw_group_stride;
   p.gather = a.gather;
-  // The handlers guarantee nnz < 2^31 and groups <= 65535.
-  const dim3 grid(static_cast<unsigned>(a.nnz), static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_dw_kernel<T, BS, PRECISE, GATHER>, grid, dim3(Cfg::kThreads),
-                       Cfg::kSmemBytes, stream, p);
+  p.row_splits = a.partials != nullptr && a.row_splits > 1 ? a.row_splits : 1;
+  p.partials = a.partials;
+  // The handlers guarantee nnz < 2^31, groups <= 65535 and row_splits <= 65535.
+  const dim3 grid(static_cast<unsigned>(a.nnz), static_cast<unsigned>(a.groups),
+                  static_cast<unsigned>(p.row_splits));
+  cudaError_t err = launch_kernel(bsmm_dw_kernel<T, BS, PRECISE, GATHER>, grid, dim3(Cfg::kThreads),
+                                  Cfg::kSmemBytes, stream, p);
+  if (err != cudaSuccess || p.row_splits == 1) return err;
+  const int64_t block_elems = a.nnz * BS * BS;
+  const int64_t blocks = (a.groups * block_elems + 255) / 256;
+  bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
+      p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits);
+  return cudaGetLastError();
 }
 
 template <typename T, int BS, int TN, bool PRECISE, bool BIG>

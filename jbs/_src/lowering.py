@@ -69,13 +69,33 @@ def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
     ``geometry`` attribute is the map that gathers operand 0's rows: the transposed one for dx."""
     groups = b.shape[0] if a.shape[0] == 1 else a.shape[0]
     gather = conv.transposed() if target == "jbs_bsconv_dx" else conv
+    attributes = dict(block_size=np.int32(block_size), precision=np.int32(precision),
+                      geometry=gather.as_attribute())
     if target == "jbs_bsconv_dw":
-        shape = (groups, tables[0].shape[0], block_size, block_size)
-    else:
-        shape = (groups, gather.rows_for(a.shape[1]), block_size * (tables[0].shape[0] - 1))
-    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, a.dtype))(
-        a, b, *tables, block_size=np.int32(block_size), precision=np.int32(precision),
-        geometry=gather.as_attribute())
+        nnz = tables[0].shape[0]
+        splits = _dw_row_splits(b.shape[1], groups * nnz)
+        partials = groups * splits * nnz * block_size * block_size if splits > 1 else 1
+        results = [jax.ShapeDtypeStruct((groups, nnz, block_size, block_size), a.dtype),
+                   jax.ShapeDtypeStruct((partials,), np.float32)]
+        return jax.ffi.ffi_call(target, results)(a, b, *tables, row_splits=np.int32(splits),
+                                                 **attributes)[0]
+    shape = (groups, gather.rows_for(a.shape[1]), block_size * (tables[0].shape[0] - 1))
+    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, a.dtype))(a, b, *tables, **attributes)
+
+
+# The weight gradient of a convolution has few blocks (taps x nnz) and many rows (every pixel
+# of the batch): one CTA per block would leave most SMs idle, so each block's rows are split
+# over several CTAs (cuda/matmul/bsmm_dw_kernel.cuh). Enough CTAs for ~4 per SM of an H100/H200,
+# each with at least 16 chunks of 64 rows so the partials' extra traffic stays small.
+_DW_TARGET_CTAS = 4 * 132
+_DW_MIN_ROWS_PER_SPLIT = 1024
+
+
+def _dw_row_splits(rows: int, blocks: int) -> int:
+    if blocks == 0:
+        return 1
+    wanted = -(-_DW_TARGET_CTAS // blocks)
+    return int(max(1, min(wanted, rows // _DW_MIN_ROWS_PER_SPLIT, 65535)))
 
 
 def _cuda_rule(target, used_tables):
