@@ -67,7 +67,8 @@ class _ConvBase:
         self.dilation = _pair("dilation", dilation, 1)
         self.padding = _check_padding(padding)
         self._channels = BlockSparseMatMul(layout, block_size, precision=precision)
-        self._tables = conv_tables_for(self._channels.layout, self.kernel_size[0] * self.kernel_size[1])
+        self._tables = conv_tables_for(self._channels.layout, self.kernel_size[0] * self.kernel_size[1],
+                                      block_size)
         self._key = (type(self).__name__, self._channels, self.kernel_size, self.strides,
                      self.dilation, self.padding)
 

@@ -39,7 +39,7 @@ class BlockSparseMatMul:
         self._layout = validation.as_layout(layout)
         self._block_size = validation.check_block_size(block_size)
         self._precision = precision_lib.normalize(precision)
-        self._tables = tables_for(self._layout)
+        self._tables = tables_for(self._layout, self._block_size)
         self._rows, self._cols = np.nonzero(self._layout)
         self._key = (self._layout.shape, self._layout.tobytes(), self._block_size, self._precision)
 

@@ -57,18 +57,23 @@ def test_three_ops_against_float64(rng, op, kernel_size, strides, padding, dilat
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
         conv = op(power_law_layout(rng, 3, 4), bs, kernel_size, strides, padding, dilation,
                   precision=precision)
-        x = random_array(rng, (3, 13, 10, 3 * bs), dtype)  # odd sizes, 390 pixels: partial tiles
-        w = random_array(rng, conv.w_shape, dtype)
-        y, pullback = jax.jit(lambda x, w: jax.vjp(conv, x, w))(x, w)
-        g = random_array(rng, y.shape, dtype)
-        dx, dw = jax.jit(pullback)(g)
-        kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
-        ref_y, ref_pullback = jax.vjp(lambda x, k: dense_reference(conv, x, k), jnp.asarray(x, jnp.float32), kernel)
-        ref_dx, ref_dkernel = ref_pullback(jnp.asarray(g, jnp.float32))
-        tol = tolerance(dtype, precision)
-        assert rel_error(y, f64(ref_y)) < tol
-        assert rel_error(dx, f64(ref_dx)) < tol
-        assert rel_error(dw, f64(conv.from_dense(ref_dkernel))) < tol
+        check_three_ops(rng, conv, (3, 13, 10, 3 * bs), dtype, precision)  # 390 pixels: partial tiles
+
+
+def check_three_ops(rng, conv, x_shape, dtype, precision=None):
+    """y, dx and dw of the jitted conv against the dense float32-HIGHEST convolution."""
+    x = random_array(rng, x_shape, dtype)
+    w = random_array(rng, conv.w_shape, dtype)
+    y, pullback = jax.jit(lambda x, w: jax.vjp(conv, x, w))(x, w)
+    g = random_array(rng, y.shape, dtype)
+    dx, dw = jax.jit(pullback)(g)
+    kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
+    ref_y, ref_pullback = jax.vjp(lambda x, k: dense_reference(conv, x, k), jnp.asarray(x, jnp.float32), kernel)
+    ref_dx, ref_dkernel = ref_pullback(jnp.asarray(g, jnp.float32))
+    tol = tolerance(dtype, precision)
+    assert rel_error(y, f64(ref_y)) < tol
+    assert rel_error(dx, f64(ref_dx)) < tol
+    assert rel_error(dw, f64(conv.from_dense(ref_dkernel))) < tol
 
 
 def test_conv_is_bitwise_deterministic(rng):
@@ -99,3 +104,13 @@ def test_weight_gradient_split_over_rows(rng, dtype):
     ref = conv.from_dense(ref_pullback(jnp.asarray(g, jnp.float32))[0])
     assert rel_error(dw, f64(ref)) < tolerance(dtype)
     np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw_of(x, g)))
+
+
+@pytest.mark.parametrize("bs", [16, 32])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_conv_with_column_groups(rng, monkeypatch, bs, dtype):
+    """The implicit-GEMM convolution through the column-group kernel (forced by JBS_GROUPS)."""
+    monkeypatch.setenv("JBS_GROUPS", "1")
+    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 3, 11, density=0.6), bs, (2, 3), 2,
+                               ((1, 0), (2, 0)))
+    check_three_ops(rng, conv, (3, 13, 10, 3 * bs), dtype)

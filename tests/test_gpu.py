@@ -114,3 +114,24 @@ def test_data_parallel_batch_stays_sharded(rng):
     assert "all-gather" not in hlo, "the sharded batch was gathered before the custom call"
     assert "all-reduce" in hlo, "the weight gradient's per-device partials were not summed"
     assert sharded[1][0].sharding.spec[0] == "data"
+
+
+@pytest.mark.parametrize("groups", ["0", "1"])
+@pytest.mark.parametrize("bs", [16, 32, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, groups, bs, dtype):
+    """Both large-N fwd/dx kernels (one output block column per CTA, or a group of 128 / bs
+    columns walking the union of their input blocks), forced by JBS_GROUPS, on a power-law
+    layout whose last group is partial, N not a multiple of the row tile."""
+    monkeypatch.setenv("JBS_GROUPS", groups)
+    layout = heavy_column_layout(rng, 11, 13, density=0.5)
+    for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
+        bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
+        x = random_array(rng, (300, bsmm.shape[0]), dtype)
+        w = random_array(rng, bsmm.w_shape, dtype)
+        g = random_array(rng, (300, bsmm.shape[1]), dtype)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
+        dx, _ = jax.jit(pullback)(g)
+        W = dense_f64(bsmm, w)
+        assert rel_error(y, f64(x) @ W) < tolerance(dtype, precision)
+        assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype, precision)

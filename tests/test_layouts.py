@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from hypothesis import given, settings, strategies as st
 
 import jbs
-from jbs._src.tables import build_tables
+from jbs._src.tables import build_conv_tables, build_tables
 from helpers import awkward_layout, dense_f64, f64, random_array, rel_error
 
 
@@ -67,6 +67,25 @@ def test_tables_describe_the_layout(rng):
         np.testing.assert_array_equal(cols[items[:, 0]], items[:, 1])
         assert (rows[items[:, 0]] == r).all()
     np.testing.assert_array_equal(t.dw_items, np.stack([rows, cols], 1))
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_column_groups_cover_each_segment_exactly(rng, width):
+    """The large-N kernels' column groups: group q, column p holds exactly segment q*width+p's
+    (block, input) pairs, inputs sorted and unique within a group; for the matmul and for the
+    convolution's merged input-gradient segments."""
+    layout = awkward_layout(rng, 7, 10, density=0.3)
+    for t in (build_tables(layout, width), build_conv_tables(layout, 6, width)):
+        for op in ("fwd", "dx"):
+            offsets, items = getattr(t, f"{op}_offsets"), getattr(t, f"{op}_items")
+            group_offsets, groups = getattr(t, f"{op}_group_offsets"), getattr(t, f"{op}_group_items")
+            assert groups.shape[1] == 1 + width and len(group_offsets) == -(-(len(offsets) - 1) // width) + 1
+            for segment in range(len(offsets) - 1):
+                q, p = divmod(segment, width)
+                rows = groups[group_offsets[q]:group_offsets[q + 1]]
+                assert (np.diff(rows[:, 0]) > 0).all()
+                held = {(int(b), int(i)) for i, b in zip(rows[:, 0], rows[:, 1 + p]) if b >= 0}
+                assert held == set(map(tuple, items[offsets[segment]:offsets[segment + 1]].tolist()))
 
 
 @pytest.mark.parametrize("density", [1.0, 0.25, 0.05])

@@ -62,6 +62,7 @@ ffi::Error decode_gather(const char* target, ffi::Span<const int32_t> attr, cons
 ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream,
                          const ffi::AnyBuffer& in, const ffi::AnyBuffer& w,
                          const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
+                         const ffi::AnyBuffer& group_offsets, const ffi::AnyBuffer& group_items,
                          ffi::AnyBuffer out, int32_t block_size, int32_t precision,
                          ffi::Span<const int32_t> geometry) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
@@ -107,6 +108,10 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   if (out_blocks > 0 && row_tiles > kMaxGridX / out_blocks) {
     return invalid(target, out_name + " shape " + shape_str(od) + " needs more than 2^31-1 thread blocks");
   }
+  int64_t num_col_groups = 0;
+  int group_width = 0;
+  JBS_RETURN_IF_ERROR(
+      check_groups(target, group_offsets, group_items, out_blocks, bs, &num_col_groups, &group_width));
   if (groups == 0 || rows == 0 || od[2] == 0) return ffi::Error::Success();
 
   BsmmBlocksArgs a;
@@ -128,6 +133,11 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   a.nnz = wd[1];
   a.gathered = true;
   a.gather = gather;
+  a.group_offsets = static_cast<const int32_t*>(group_offsets.untyped_data());
+  a.group_items = static_cast<const int32_t*>(group_items.untyped_data());
+  a.num_groups = num_col_groups;
+  a.num_group_items = group_items.dimensions()[0];
+  a.group_width = group_width;
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_bsmm_blocks<T>(a, stream);
@@ -137,19 +147,19 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
 }
 
 ffi::Error BsconvFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
-                         ffi::AnyBuffer offsets, ffi::AnyBuffer items,
-                         ffi::Result<ffi::AnyBuffer> y, int32_t block_size, int32_t precision,
-                         ffi::Span<const int32_t> geometry) {
-  return bsconv_blocks("jbs_bsconv_fwd", false, stream, x, w, offsets, items, *y, block_size,
-                       precision, geometry);
+                         ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer group_offsets,
+                         ffi::AnyBuffer group_items, ffi::Result<ffi::AnyBuffer> y,
+                         int32_t block_size, int32_t precision, ffi::Span<const int32_t> geometry) {
+  return bsconv_blocks("jbs_bsconv_fwd", false, stream, x, w, offsets, items, group_offsets,
+                       group_items, *y, block_size, precision, geometry);
 }
 
 ffi::Error BsconvDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
-                        ffi::AnyBuffer offsets, ffi::AnyBuffer items,
-                        ffi::Result<ffi::AnyBuffer> dx, int32_t block_size, int32_t precision,
-                        ffi::Span<const int32_t> geometry) {
-  return bsconv_blocks("jbs_bsconv_dx", true, stream, dy, w, offsets, items, *dx, block_size,
-                       precision, geometry);
+                        ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer group_offsets,
+                        ffi::AnyBuffer group_items, ffi::Result<ffi::AnyBuffer> dx,
+                        int32_t block_size, int32_t precision, ffi::Span<const int32_t> geometry) {
+  return bsconv_blocks("jbs_bsconv_dx", true, stream, dy, w, offsets, items, group_offsets,
+                       group_items, *dx, block_size, precision, geometry);
 }
 
 ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
@@ -240,6 +250,8 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
       .Arg<ffi::AnyBuffer>() /* w (G|1, taps * nnz, bs, bs) */                        \
       .Arg<ffi::AnyBuffer>() /* offsets int32 (out blocks + 1) */                     \
       .Arg<ffi::AnyBuffer>() /* items int32 (taps * nnz, 2) */                        \
+      .Arg<ffi::AnyBuffer>() /* group_offsets int32 (num_groups + 1) */               \
+      .Arg<ffi::AnyBuffer>() /* group_items int32 (n, 1 + width) */                   \
       .Ret<ffi::AnyBuffer>() /* result (G, pixels, channels) */                       \
       .Attr<int32_t>("block_size")                                                    \
       .Attr<int32_t>("precision")                                                     \

@@ -31,6 +31,7 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
                        const ffi::AnyBuffer& in, const ffi::AnyBuffer& w,
                        const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
                        const ffi::AnyBuffer& chunks, const ffi::AnyBuffer& splits,
+                       const ffi::AnyBuffer& group_offsets, const ffi::AnyBuffer& group_items,
                        ffi::AnyBuffer out, ffi::AnyBuffer scratch, int32_t block_size,
                        int32_t precision) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
@@ -120,6 +121,10 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
     return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) +
                                " bytes, the small-N path needs " + to_string(need_scratch));
   }
+  int64_t num_col_groups = 0;
+  int group_width = 0;
+  JBS_RETURN_IF_ERROR(
+      check_groups(target, group_offsets, group_items, out_blocks, bs, &num_col_groups, &group_width));
   if (groups == 0 || rows == 0 || out_cols == 0) return ffi::Error::Success();
 
   BsmmBlocksArgs a;
@@ -145,6 +150,11 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   a.nnz = nnz;
   a.scratch = scratch.untyped_data();
   a.scratch_bytes = static_cast<int64_t>(scratch.size_bytes());
+  a.group_offsets = static_cast<const int32_t*>(group_offsets.untyped_data());
+  a.group_items = static_cast<const int32_t*>(group_items.untyped_data());
+  a.num_groups = num_col_groups;
+  a.num_group_items = group_items.dimensions()[0];
+  a.group_width = group_width;
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -156,20 +166,24 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
 
 ffi::Error BsmmFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer chunks,
-                       ffi::AnyBuffer splits, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::AnyBuffer splits, ffi::AnyBuffer group_offsets,
+                       ffi::AnyBuffer group_items, ffi::Result<ffi::AnyBuffer> y,
                        ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
                        int32_t precision) {
   return bsmm_blocks("jbs_bsmm_fwd", /*transpose=*/false, stream, x, w, offsets, items,
-                     chunks, splits, *y, *scratch, block_size, precision);
+                     chunks, splits, group_offsets, group_items, *y, *scratch, block_size,
+                     precision);
 }
 
 ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
                        ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer chunks,
-                       ffi::AnyBuffer splits, ffi::Result<ffi::AnyBuffer> dx,
+                       ffi::AnyBuffer splits, ffi::AnyBuffer group_offsets,
+                       ffi::AnyBuffer group_items, ffi::Result<ffi::AnyBuffer> dx,
                        ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
                        int32_t precision) {
   return bsmm_blocks("jbs_bsmm_dx", /*transpose=*/true, stream, dy, w, offsets, items,
-                     chunks, splits, *dx, *scratch, block_size, precision);
+                     chunks, splits, group_offsets, group_items, *dx, *scratch, block_size,
+                     precision);
 }
 
 ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
@@ -262,6 +276,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmFwd, jbs::BsmmFwdImpl,
                                   .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
                                   .Arg<ffi::AnyBuffer>()  // chunks int32 (num_chunks, 4)
                                   .Arg<ffi::AnyBuffer>()  // splits int32 (n_split + 1, 2)
+                                  .Arg<ffi::AnyBuffer>()  // group_offsets int32 (num_groups + 1)
+                                  .Arg<ffi::AnyBuffer>()  // group_items int32 (n, 1 + width)
                                   .Ret<ffi::AnyBuffer>()  // y (G, N, K)
                                   .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
                                   .Attr<int32_t>("block_size")
@@ -277,6 +293,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDx, jbs::BsmmDxImpl,
                                   .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
                                   .Arg<ffi::AnyBuffer>()  // chunks int32 (num_chunks, 4)
                                   .Arg<ffi::AnyBuffer>()  // splits int32 (n_split + 1, 2)
+                                  .Arg<ffi::AnyBuffer>()  // group_offsets int32 (num_groups + 1)
+                                  .Arg<ffi::AnyBuffer>()  // group_items int32 (n, 1 + width)
                                   .Ret<ffi::AnyBuffer>()  // dx (G, N, C)
                                   .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
                                   .Attr<int32_t>("block_size")

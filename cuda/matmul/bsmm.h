@@ -47,6 +47,13 @@ struct BsmmBlocksArgs {
   // groups * n_split * row_tile * block_size fp32 partials.
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
+  // Column groups of the large-N path (see bsmm_group_kernel.cuh): group_items
+  // is (union items, 1 + group_width); nullptr falls back to one column per CTA.
+  const int32_t* group_offsets = nullptr;
+  const int32_t* group_items = nullptr;
+  int64_t num_groups = 0;
+  int64_t num_group_items = 0;  // rows of group_items (the groups' union items)
+  int group_width = 0;
   // Convolution (implicit GEMM): `in` is an image batch read through `gather`;
   // rows are then the row space's pixels. The small-N path is not used.
   bool gathered = false;

@@ -26,11 +26,10 @@
 
 namespace jbs {
 
-struct BlocksParams {
+// The operands every large-N fwd/dx kernel reads (see BsmmBlocksArgs).
+struct FwdDxOperands {
   const void* in;
   const void* w;
-  const int32_t* offsets;
-  const int32_t* items;
   void* out;
   int64_t rows;
   int64_t in_cols;
@@ -38,8 +37,13 @@ struct BlocksParams {
   int64_t in_group_stride;
   int64_t w_group_stride;
   int64_t out_group_stride;
-  int out_blocks;  // out_cols / BS; blockIdx.x = row_tile * out_blocks + o
   RowGather gather;  // GATHER only
+};
+
+struct BlocksParams : FwdDxOperands {
+  const int32_t* offsets;
+  const int32_t* items;
+  int out_blocks;  // out_cols / BS; blockIdx.x = row_tile * out_blocks + o
 };
 
 constexpr int cmin(int a, int b) { return a < b ? a : b; }

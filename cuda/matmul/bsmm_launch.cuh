@@ -12,6 +12,7 @@
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
+#include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
 
 namespace jbs {
@@ -28,14 +29,9 @@ int pick_row_tile(int64_t rows) {
   return 128;
 }
 
-template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = false>
-cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
-  using Cfg = BlocksConfig<T, BS, TRANS, TN>;
-  BlocksParams p;
+inline void fill_operands(FwdDxOperands& p, const BsmmBlocksArgs& a) {
   p.in = a.in;
   p.w = a.w;
-  p.offsets = a.offsets;
-  p.items = a.items;
   p.out = a.out;
   p.rows = a.rows;
   p.in_cols = a.in_cols;
@@ -43,14 +39,69 @@ cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
   p.in_group_stride = a.in_group_stride;
   p.w_group_stride = a.w_group_stride;
   p.out_group_stride = a.out_group_stride;
+  p.gather = a.gather;
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = false>
+cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  using Cfg = BlocksConfig<T, BS, TRANS, TN>;
+  BlocksParams p;
+  fill_operands(p, a);
+  p.offsets = a.offsets;
+  p.items = a.items;
   const int64_t out_blocks = a.out_cols / BS;
   const int64_t row_tiles = (a.rows + TN - 1) / TN;
   p.out_blocks = static_cast<int>(out_blocks);
-  p.gather = a.gather;
   // The handlers guarantee out_blocks * row_tiles < 2^31 and groups <= 65535.
   const dim3 grid(static_cast<unsigned>(out_blocks * row_tiles), static_cast<unsigned>(a.groups));
   return launch_kernel(bsmm_blocks_kernel<T, BS, TRANS, TN, PRECISE, GATHER>, grid,
                        dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+}
+
+// Whether the column-group kernel serves this call. It pays only when each
+// activation tile it loads feeds enough of the group's P columns: fill =
+// (nnz / union items) / P, the mean fraction of column warps with work per
+// item. Measured on an H200 (benchmarks/NOTES.md), 8192^3 matmul: fill ~0.5 at
+// bs 32 and 16 (density 1/2) is 1.2x and 1.6x (bf16) faster; fill 0.28..0.37
+// is 4-16% slower; bs 64 (whose one-column tile is already 64 wide) is slower
+// even at 0.67. The implicit-GEMM conv, whose activations sit in L2 anyway,
+// gains only at bs 16 (1.2x at fill 0.5) and loses 22% at bs 32.
+// JBS_GROUPS=0/1 forces it off/on (diagnostics, tests).
+inline int groups_env() {
+  // Read at every launch (not cached) so a test can switch paths within one process.
+  const char* e = std::getenv("JBS_GROUPS");
+  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
+}
+
+template <typename T, int BS>
+bool use_groups(const BsmmBlocksArgs& a) {
+  constexpr bool supported = BS >= 16 && (sizeof(T) == 2 || BS <= 32);
+  if (!supported || a.group_items == nullptr || a.group_width != 128 / BS ||
+      a.num_group_items <= 0 || (!a.gathered && a.rows <= kStreamMaxRowsHost)) {
+    return false;
+  }
+  if (groups_env() >= 0) return groups_env() == 1;
+  const double fill = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items) / (128 / BS);
+  return fill >= 0.45 && (a.gathered ? BS == 16 : BS <= 32);
+}
+
+template <typename T, int BS, bool TRANS, bool PRECISE, bool GATHER>
+cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  if constexpr (BS >= 16 && (sizeof(T) == 2 || BS <= 32)) {
+    using Cfg = GroupConfig<T, BS, TRANS>;
+    GroupParams p;
+    fill_operands(p, a);
+    p.group_offsets = a.group_offsets;
+    p.group_items = a.group_items;
+    p.num_groups = static_cast<int>(a.num_groups);
+    const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
+    // The handlers guarantee num_groups * row_tiles < 2^31 and groups <= 65535.
+    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    return launch_kernel(bsmm_group_kernel<T, BS, TRANS, PRECISE, GATHER>, grid, dim3(Cfg::kThreads),
+                         Cfg::kSmemBytes, stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_groups() is false for these
+  }
 }
 
 // Which variant of the small-N kernels: the 8-warp deep one (BIG) pays off when
@@ -111,6 +162,10 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (use_groups<T, BS>(a)) {
+          return a.gathered ? launch_group_variant<T, BS, TRANS, PRECISE, true>(a, stream)
+                            : launch_group_variant<T, BS, TRANS, PRECISE, false>(a, stream);
+        }
         if (a.gathered) {
           // Convolutions have many rows (pixels): one variant, the largest row tile.
           constexpr int kTile = (sizeof(T) == 4 && BS == 64) ? 64 : 128;

@@ -15,9 +15,11 @@ from jbs._src.tables import Tables
 # primitive -> (reference function, FFI target, which lookup tables the kernel reads)
 _OPS = {
     bsmm_fwd_p: (reference.forward, "jbs_bsmm_fwd",
-                 ("fwd_offsets", "fwd_items", "fwd_chunks", "fwd_splits")),
+                 ("fwd_offsets", "fwd_items", "fwd_chunks", "fwd_splits", "fwd_group_offsets",
+                  "fwd_group_items")),
     bsmm_dx_p: (reference.input_grad, "jbs_bsmm_dx",
-                ("dx_offsets", "dx_items", "dx_chunks", "dx_splits")),
+                ("dx_offsets", "dx_items", "dx_chunks", "dx_splits", "dx_group_offsets",
+                 "dx_group_items")),
     bsmm_dw_p: (reference.weight_grad, "jbs_bsmm_dw", ("dw_items",)),
 }
 _TABLE_FIELDS = Tables._fields
@@ -104,7 +106,9 @@ def _cuda_rule(target, used_tables):
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     is_dw = target == "jbs_bsmm_dw"
 
-    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables[:2]]
+    # The convolutions have no small-N path: no chunks or splits.
+    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables
+                          if not name.endswith(("_chunks", "_splits"))]
 
     def rule(ctx, *operands, precision, conv=None):
         block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]

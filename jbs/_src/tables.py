@@ -33,6 +33,11 @@ class Tables(NamedTuple):
     fwd_splits: np.ndarray   # (n_split + 1, 2) [first chunk of the column, chunks in the column]
     dx_chunks: np.ndarray    # (num_chunks, 4) as fwd_chunks over dx_items / input block rows
     dx_splits: np.ndarray    # (n_split + 1, 2)
+    # Column groups of the large-N CUDA kernels (the reference path ignores them), see _groups:
+    fwd_group_offsets: np.ndarray  # (num_groups + 1,)
+    fwd_group_items: np.ndarray    # (union items, 1 + width) [input block, block index per column or -1]
+    dx_group_offsets: np.ndarray
+    dx_group_items: np.ndarray
 
 
 def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,8 +87,35 @@ def _chunks(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return table, np.asarray(splits, np.int64)
 
 
-def build_tables(layout: np.ndarray) -> Tables:
-    """Builds the tables of a validated bool layout of shape (Cb, Kb)."""
+def group_width(block_size: int) -> int:
+    """Output block columns per CTA of the large-N kernels: a 128-wide output tile."""
+    return max(1, 128 // block_size)
+
+
+def _groups(offsets: np.ndarray, items: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column groups: segments (output block columns) ``width`` at a time. A large-N CTA owns
+    one group and walks the union of its columns' input blocks, so each activation tile it
+    loads feeds every column holding a block for it (the reuse a single column cannot give).
+    Returns offsets (num_groups + 1,) and items (union items, 1 + width): [input block, block
+    index of column p of the group or -1], grouped by group and sorted by input block."""
+    num_segments = offsets.shape[0] - 1
+    num_groups = -(-num_segments // width)
+    segment = np.repeat(np.arange(num_segments), np.diff(offsets))
+    group, column = segment // width, segment % width
+    inputs = items[:, 1].astype(np.int64)
+    stride = int(inputs.max(initial=0)) + 1
+    unique, slot = np.unique(group * stride + inputs, return_inverse=True)  # sorted: group, input
+    table = np.full((unique.size, 1 + width), -1, np.int64)
+    table[slot, 0] = inputs
+    table[slot, 1 + column] = items[:, 0]
+    group_offsets = np.zeros(num_groups + 1, np.int64)
+    np.cumsum(np.bincount(unique // stride, minlength=num_groups), out=group_offsets[1:])
+    return group_offsets, table
+
+
+def build_tables(layout: np.ndarray, width: int = 4) -> Tables:
+    """Builds the tables of a validated bool layout of shape (Cb, Kb); ``width`` is the column
+    group width of the large-N kernels (group_width(block_size))."""
     cb, kb = layout.shape
     rows, cols = np.nonzero(layout)  # row-major: the packed weight order
     blocks = np.arange(rows.size)
@@ -102,23 +134,36 @@ def build_tables(layout: np.ndarray) -> Tables:
         **{f"{op}_{name}": as_i32(table)
            for op, offsets in (("fwd", fwd_offsets), ("dx", dx_offsets))
            for name, table in zip(("chunks", "splits"), _chunks(offsets))},
+        **_group_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
+                        dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1), width),
     )
     for table in tables:
         table.setflags(write=False)
     return tables
 
 
+def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width) -> dict:
+    as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
+    fields = {}
+    for op, offsets, items in (("fwd", fwd_offsets, fwd_items), ("dx", dx_offsets, dx_items)):
+        group_offsets, group_items = _groups(np.asarray(offsets), np.asarray(items), width)
+        fields[f"{op}_group_offsets"] = as_i32(group_offsets)
+        fields[f"{op}_group_items"] = as_i32(group_items)
+    return fields
+
+
 @functools.lru_cache(maxsize=256)
-def _cached(layout_bytes: bytes, shape: tuple[int, int]) -> Tables:
-    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape))
+def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int) -> Tables:
+    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width)
 
 
-def tables_for(layout: np.ndarray) -> Tables:
+def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
     """Cached tables of a bool layout: rebuilding an op with the same layout is free."""
-    return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape)
+    return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape,
+                   group_width(block_size))
 
 
-def build_conv_tables(layout: np.ndarray, taps: int) -> Tables:
+def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4) -> Tables:
     """Tables of a convolution with ``taps`` filter taps over a (Cb, Kb) channel layout.
 
     Its im2col matrix has tap-major column blocks (block ``t * Cb + c`` is tap t, channel block
@@ -128,7 +173,7 @@ def build_conv_tables(layout: np.ndarray, taps: int) -> Tables:
     rows ``t * Cb + c`` of the stacked layout for every t, each reading block ``t * Kb + k`` of
     the gathered output gradient (also tap-major)."""
     cb, kb = layout.shape
-    stacked = tables_for(np.tile(layout, (taps, 1)))
+    stacked = build_tables(np.tile(layout, (taps, 1)), width)
     segments = [[] for _ in range(cb)]
     for row in range(taps * cb):
         t, c = divmod(row, cb)
@@ -139,17 +184,23 @@ def build_conv_tables(layout: np.ndarray, taps: int) -> Tables:
     np.cumsum(counts, out=dx_offsets[1:])
     dx_items = np.concatenate([part for parts in segments for part in parts] or [np.zeros((0, 2))])
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
-    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=as_i32(dx_items.reshape(-1, 2)))
+    dx_items = as_i32(dx_items.reshape(-1, 2))
+    groups = _group_fields(stacked.fwd_offsets, stacked.fwd_items, dx_offsets, dx_items, width)
+    # (dx_chunks/dx_splits stay the stacked layout's: the conv kernels never read them)
+    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items,
+                              dx_group_offsets=groups["dx_group_offsets"],
+                              dx_group_items=groups["dx_group_items"])
     for table in tables:
         table.setflags(write=False)
     return tables
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_conv(layout_bytes: bytes, shape: tuple[int, int], taps: int) -> Tables:
-    return build_conv_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), taps)
+def _cached_conv(layout_bytes: bytes, shape: tuple[int, int], taps: int, width: int) -> Tables:
+    return build_conv_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), taps, width)
 
 
-def conv_tables_for(layout: np.ndarray, taps: int) -> Tables:
+def conv_tables_for(layout: np.ndarray, taps: int, block_size: int = 32) -> Tables:
     """Cached convolution tables (see build_conv_tables)."""
-    return _cached_conv(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, taps)
+    return _cached_conv(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, taps,
+                        group_width(block_size))
