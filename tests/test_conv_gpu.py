@@ -45,8 +45,11 @@ GEOMETRIES = [  # op, kernel_size, strides, padding, dilation
     (jbs.BlockSparseConv, (3, 2), 2, "VALID", 1),
     (jbs.BlockSparseConv, (3, 3), 2, ((1, 1), (0, 2)), 2),
     (jbs.BlockSparseConv, (1, 1), 1, "SAME", 1),
+    (jbs.BlockSparseConv, (3, 2), (2, 1), ((2, 0), (1, 1)), (1, 2)),  # h and w maps differ
     (jbs.BlockSparseConvTranspose, (2, 2), 2, "SAME", 1),
     (jbs.BlockSparseConvTranspose, (3, 3), 2, "SAME", 1),
+    (jbs.BlockSparseConvTranspose, (2, 3), (2, 1), "VALID", (1, 2)),
+    (jbs.BlockSparseConvTranspose, (3, 2), (1, 2), ((1, 2), (0, 1)), (2, 1)),
 ]
 
 

@@ -86,6 +86,9 @@ def test_column_groups_cover_each_segment_exactly(rng, width):
                 assert (np.diff(rows[:, 0]) > 0).all()
                 held = {(int(b), int(i)) for i, b in zip(rows[:, 0], rows[:, 1 + p]) if b >= 0}
                 assert held == set(map(tuple, items[offsets[segment]:offsets[segment + 1]].tolist()))
+            # the last group's columns past the last segment hold no block (the kernel skips them)
+            last = (len(offsets) - 2) % width + 1
+            assert (groups[group_offsets[-2]:, 1 + last:] == -1).all()
 
 
 @pytest.mark.parametrize("density", [1.0, 0.25, 0.05])

@@ -16,9 +16,11 @@ from jbs._src import lowering
 def _with_cuda_rules(lower):
     # Register the CUDA rules for this lowering only: on a GPU machine without the extension, a
     # leaked registration would send every later test to FFI targets that do not exist.
+    from jax._src import dispatch
     from jax._src.interpreters import mlir as mlir_internal
     registry = mlir_internal._platform_specific_lowerings["cuda"]
     saved = {prim: registry.get(prim) for prim in lowering._OPS}
+    needs_devices = set(dispatch.prim_requires_devices_during_lowering)
     try:
         lowering.register_cuda()
         return lower()
@@ -28,6 +30,7 @@ def _with_cuda_rules(lower):
                 registry.pop(prim, None)
             else:
                 registry[prim] = rule
+        dispatch.prim_requires_devices_during_lowering.intersection_update(needs_devices)
 
 
 @pytest.fixture(scope="module")

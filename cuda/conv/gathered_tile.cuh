@@ -32,7 +32,7 @@ struct GatheredTile {
   // Rows first_row + r (r < ROWS) of the row space, of which `rows` exist.
   __device__ __forceinline__ void init(const RowGather& g, int64_t first_row, int64_t rows, int tid) {
     const int r0 = tid / kChunksPerRow;
-    const int plane = g.rows_h * g.rows_w;  // < 2^31: the handlers check the row count
+    const int plane = g.rows_h * g.rows_w;  // < 2^31: checked by the handlers (bsconv.cu)
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       const int64_t n = first_row + r0 + it * kRowStep;

@@ -42,17 +42,33 @@ ffi::Error decode_gather(const char* target, ffi::Span<const int32_t> attr, cons
                         g->src_h > 0 && g->src_w > 0 && g->mul_h > 0 && g->mul_w > 0 &&
                         g->div_h > 0 && g->div_w > 0;
   if (!positive) return invalid(target, "attribute geometry has a non-positive size, stride or divisor");
+  // The kernels compute h = hr * mul + offset + kh * step (and the same for w) in 32-bit ints,
+  // and mark rows past the end with -2^29 (gathered_tile.cuh): keep every term below 2^28.
+  constexpr int64_t kCoordLimit = int64_t{1} << 28;
+  auto coord_ok = [&](int64_t rows_dim, int64_t mul, int64_t off, int64_t step, int64_t taps) {
+    return rows_dim * mul < kCoordLimit && (off < 0 ? -off : off) < kCoordLimit &&
+           (step < 0 ? -step : step) * taps < kCoordLimit;
+  };
+  if (!coord_ok(g->rows_h, g->mul_h, g->off_h, g->step_h, g->taps_h) ||
+      !coord_ok(g->rows_w, g->mul_w, g->off_w, g->step_w, g->taps_w) ||
+      g->src_h >= kCoordLimit || g->src_w >= kCoordLimit) {
+    return invalid(target, "attribute geometry has an image size, stride, dilation or padding of 2^28 or more");
+  }
+  if (g->src_pixels() > kMaxPixels || g->row_pixels() > kMaxPixels || src_rows > kMaxPixels) {
+    return invalid(target, "more than 2^31-1 pixels in an image or in " + src_name);
+  }
   if (src_rows % g->src_pixels() != 0) {
     return invalid(target, src_name + " has " + to_string(src_rows) + " rows, not a whole number of " +
                                to_string(g->src_h) + "x" + to_string(g->src_w) + " images");
   }
-  *rows = src_rows / g->src_pixels() * g->row_pixels();
-  if (src_rows > kMaxPixels || *rows > kMaxPixels) {
-    return invalid(target, "more than 2^31-1 pixels in " + src_name + " or the result");
+  const int64_t images = src_rows / g->src_pixels();
+  if (images > kMaxPixels / g->row_pixels()) {
+    return invalid(target, "the result would have more than 2^31-1 pixels");
   }
-  if (src_cols % bs != 0) {
+  *rows = images * g->row_pixels();
+  if (src_cols < bs || src_cols % bs != 0) {
     return invalid(target, src_name + " has " + to_string(src_cols) +
-                               " channels, not a multiple of block_size " + to_string(bs));
+                               " channels, expected a positive multiple of block_size " + to_string(bs));
   }
   g->src_blocks = static_cast<int>(src_cols / bs);
   return ffi::Error::Success();

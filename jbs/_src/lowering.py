@@ -113,6 +113,10 @@ def _cuda_rule(target, used_tables):
     def rule(ctx, *operands, precision, conv=None):
         block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]
         if conv is not None:
+            # Convolutions are not row-partitioned yet: a device's rows must be whole images,
+            # and input and output rows differ in size, which the Shardy rule of sharding.py
+            # (one row factor) cannot state. XLA gathers their batch instead (correct, not
+            # scalable; see benchmarks/NOTES.md).
             kept = conv_keep if not is_dw else keep
             call = functools.partial(_conv_ffi_call, target.replace("bsmm", "bsconv"), block_size,
                                      precision, conv)
@@ -121,8 +125,6 @@ def _cuda_rule(target, used_tables):
             call = functools.partial(_ffi_call, target, block_size, precision)
             # Partition only a computation over several devices (not a shard_map body, which is
             # already per device, and not a single device, where there is nothing to split).
-            # Convolutions are not row-partitioned: a device's rows must be whole images, which
-            # the partitioner does not promise; XLA gathers their batch instead (correct).
             if sharding.spans_several_devices(ctx.module_context.axis_context):
                 call = sharding.partitioned(call, rows_in_output=not is_dw)
         subset_ctx = ctx.replace(avals_in=[ctx.avals_in[i] for i in kept])
