@@ -124,13 +124,10 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   if (out_blocks > 0 && row_tiles > kMaxGridX / out_blocks) {
     return invalid(target, out_name + " shape " + shape_str(od) + " needs more than 2^31-1 thread blocks");
   }
-  int64_t num_col_groups = 0;
-  int group_width = 0;
-  JBS_RETURN_IF_ERROR(
-      check_groups(target, group_offsets, group_items, out_blocks, bs, &num_col_groups, &group_width));
+  BsmmBlocksArgs a;
+  JBS_RETURN_IF_ERROR(set_groups(target, group_offsets, group_items, out_blocks, bs, &a));
   if (groups == 0 || rows == 0 || od[2] == 0) return ffi::Error::Success();
 
-  BsmmBlocksArgs a;
   a.in = in.untyped_data();
   a.w = w.untyped_data();
   a.offsets = static_cast<const int32_t*>(offsets.untyped_data());
@@ -149,11 +146,6 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   a.nnz = wd[1];
   a.gathered = true;
   a.gather = gather;
-  a.group_offsets = static_cast<const int32_t*>(group_offsets.untyped_data());
-  a.group_items = static_cast<const int32_t*>(group_items.untyped_data());
-  a.num_groups = num_col_groups;
-  a.num_group_items = group_items.dimensions()[0];
-  a.group_width = group_width;
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_bsmm_blocks<T>(a, stream);

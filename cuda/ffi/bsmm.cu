@@ -121,13 +121,10 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
     return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) +
                                " bytes, the small-N path needs " + to_string(need_scratch));
   }
-  int64_t num_col_groups = 0;
-  int group_width = 0;
-  JBS_RETURN_IF_ERROR(
-      check_groups(target, group_offsets, group_items, out_blocks, bs, &num_col_groups, &group_width));
+  BsmmBlocksArgs a;
+  JBS_RETURN_IF_ERROR(set_groups(target, group_offsets, group_items, out_blocks, bs, &a));
   if (groups == 0 || rows == 0 || out_cols == 0) return ffi::Error::Success();
 
-  BsmmBlocksArgs a;
   a.in = in.untyped_data();
   a.w = w.untyped_data();
   a.offsets = static_cast<const int32_t*>(offsets.untyped_data());
@@ -150,11 +147,6 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   a.nnz = nnz;
   a.scratch = scratch.untyped_data();
   a.scratch_bytes = static_cast<int64_t>(scratch.size_bytes());
-  a.group_offsets = static_cast<const int32_t*>(group_offsets.untyped_data());
-  a.group_items = static_cast<const int32_t*>(group_items.untyped_data());
-  a.num_groups = num_col_groups;
-  a.num_group_items = group_items.dimensions()[0];
-  a.group_width = group_width;
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -12,6 +12,7 @@
 #include "common/dispatch.cuh"
 #include "ffi/ffi_util.h"
 #include "ffi/xla_ffi.h"
+#include "matmul/bsmm.h"
 
 namespace jbs {
 
@@ -109,22 +110,26 @@ namespace jbs {
 
 // Column-group tables of the large-N kernels (jbs/_src/tables.py _groups):
 // offsets (num_groups + 1,) and items (union items, 1 + width) with
-// width = max(1, 128 / bs) and num_groups = ceil(out_blocks / width).
-inline ffi::Error check_groups(const char* target, const ffi::AnyBuffer& offsets,
-                               const ffi::AnyBuffer& items, int64_t out_blocks, int64_t bs,
-                               int64_t* num_groups, int* width) {
+// width = max(1, 128 / bs) and num_groups = ceil(out_blocks / width). On
+// success they are set in the launch arguments.
+inline ffi::Error set_groups(const char* target, const ffi::AnyBuffer& offsets,
+                             const ffi::AnyBuffer& items, int64_t out_blocks, int64_t bs,
+                             BsmmBlocksArgs* a) {
   JBS_RETURN_IF_ERROR(check_index(target, "operand group_offsets", offsets, 1, "(num_groups + 1,)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand group_items", items, 2, "(union items, 1 + width)"));
-  const int64_t expected_width = bs >= 128 ? 1 : 128 / bs;
-  const int64_t groups = (out_blocks + expected_width - 1) / expected_width;
-  if (items.dimensions()[1] != 1 + expected_width || offsets.dimensions()[0] != groups + 1) {
+  const int64_t width = bs >= 128 ? 1 : 128 / bs;
+  const int64_t groups = (out_blocks + width - 1) / width;
+  if (items.dimensions()[1] != 1 + width || offsets.dimensions()[0] != groups + 1) {
     return invalid(target, "operands group_offsets " + shape_str(offsets.dimensions()) +
                                " and group_items " + shape_str(items.dimensions()) + " expected (" +
-                               to_string(groups + 1) + ",) and (n, " + to_string(1 + expected_width) +
+                               to_string(groups + 1) + ",) and (n, " + to_string(1 + width) +
                                ") for " + to_string(out_blocks) + " output blocks of " + to_string(bs));
   }
-  *num_groups = groups;
-  *width = static_cast<int>(expected_width);
+  a->group_offsets = static_cast<const int32_t*>(offsets.untyped_data());
+  a->group_items = static_cast<const int32_t*>(items.untyped_data());
+  a->num_groups = groups;
+  a->num_group_items = items.dimensions()[0];
+  a->group_width = static_cast<int>(width);
   return ffi::Error::Success();
 }
 
