@@ -38,7 +38,8 @@ cd /tmp  # import the installed jbs, not the source tree
 python3 -c "import jbs; print(jbs.backend_info())" | tee -a "$out/gpu.txt"
 
 echo "== tests"
-(cd "$repo" && python3 -P -m pytest $tests_args -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -40)
+eval "tests_argv=($tests_args)"  # keeps quoted arguments such as -k "a or b" whole
+(cd "$repo" && python3 -P -m pytest "${tests_argv[@]}" -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -40)
 test_rc=${PIPESTATUS[0]}
 
 if [ $run_bench = 1 ]; then

@@ -1,7 +1,8 @@
 """A small sweep of every kernel for compute-sanitizer (memcheck, racecheck): each block size,
 dtype and op on awkward layouts (empty rows and columns, a heavy column), N not a tile multiple
 (small-N and large-N paths), and the implicit-GEMM convolution: strided and padded, transposed,
-and a weight gradient whose rows are split over several CTAs."""
+and a weight gradient whose rows are split over several CTAs; long block rows for the
+small-N weight gradient's x-tile reuse."""
 
 import numpy as np
 import jax
@@ -23,6 +24,12 @@ for bs in (8, 16, 32, 64):
             g = jnp.asarray(rng.standard_normal((n, bsmm.shape[1])), dtype)
             y, pull = jax.vjp(bsmm, x, w)
             jax.block_until_ready((y, pull(g)))
+        # Long block rows: the small-N dw kernel reuses one x tile across a run of blocks.
+        dense_rows = jbs.BlockSparseMatMul(rng.random((3, 40)) < 0.9, bs)
+        x = jnp.asarray(rng.standard_normal((37, dense_rows.shape[0])), dtype)
+        w = jnp.asarray(rng.standard_normal(dense_rows.w_shape), dtype)
+        g = jnp.asarray(rng.standard_normal((37, dense_rows.shape[1])), dtype)
+        jax.block_until_ready(jax.vjp(dense_rows, x, w)[1](g))
         for conv, shape in ((jbs.BlockSparseConv(layout, bs, (2, 3), 2, ((1, 0), (2, 0))), (2, 9, 7)),
                             (jbs.BlockSparseConvTranspose(layout, bs, (3, 3), 2), (2, 5, 4)),
                             (jbs.BlockSparseConv(layout, bs, (1, 1)), (3, 33, 31))):  # dw row splits

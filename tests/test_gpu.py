@@ -45,6 +45,23 @@ def test_all_three_ops_against_float64(rng, bs, dtype, n):
         assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tol
 
 
+@pytest.mark.parametrize("bs", [8, 32, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [32, 50])
+def test_small_n_weight_gradient_with_long_rows(rng, bs, dtype, n):
+    """The small-N dw kernel loads each x tile once per run of blocks in the same block row;
+    dense rows (runs longer than its ring) next to one-block rows and an empty row."""
+    layout = awkward_layout(rng, 12, 40, density=0.8)
+    layout[3, :] = False
+    layout[3, 7] = True
+    bsmm = jbs.BlockSparseMatMul(layout, bs)
+    x = random_array(rng, (n, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (n, bsmm.shape[1]), dtype)
+    dw = jax.jit(jax.vjp(bsmm, x, w)[1])(g)[1]
+    assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tolerance(dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_grouped_weights_vmap(rng, dtype):
     bsmm = jbs.BlockSparseMatMul(awkward_layout(rng, 6, 5), 32)

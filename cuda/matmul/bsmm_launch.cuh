@@ -144,7 +144,11 @@ cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
     const int64_t counters = (a.groups * a.n_split + 3) / 4 * 4;
     p.counters = static_cast<int*>(a.scratch);
     p.partials = static_cast<float*>(a.scratch) + counters;
-    cudaError_t err = cudaMemsetAsync(a.scratch, 0, a.groups * a.n_split * sizeof(int), stream);
+    const int64_t count = a.groups * a.n_split;
+    const int64_t blocks = (count + 255) / 256;
+    zero_split_counters_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, stream>>>(
+        p.counters, count);
+    cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>(a.num_chunks), static_cast<unsigned>(a.groups));

@@ -11,13 +11,15 @@
 // summed in warp order. Columns longer than the host's chunk limit are split
 // into several chunks (the first n_split rows of the chunk table); each writes
 // an fp32 partial to scratch and the last-arriving chunk of a column (int
-// atomic counter, zeroed by the handler) sums the partials in chunk order and
+// atomic counter, zeroed by a kernel just before) sums the partials in chunk order and
 // writes the output. Every sum has a fixed order: bitwise deterministic.
 //
 // dw (bsmm_dw_stream_kernel): CTA = NW runs of consecutive nonzero blocks, one
-// run per warp; each warp streams (x tile, dy tile) pairs through its own ring
-// and writes each bs x bs result through a private staging tile as 16-byte
-// vectors. No cross-warp or cross-CTA interaction at all.
+// run per warp; each warp streams dy tiles through its own ring and writes each
+// bs x bs result through a private staging tile as 16-byte vectors. The blocks
+// are stored row-major, so consecutive items mostly share their x tile: it is
+// loaded once per run of equal input blocks, not once per item, which halves
+// the L2 reads. No cross-warp or cross-CTA interaction at all.
 #pragma once
 
 #include <cstdint>
@@ -274,6 +276,20 @@ __global__ void __launch_bounds__(StreamConfig<T, BS, TRANS, TN, BIG>::kThreads)
   }
 }
 
+// Zeroes the split counters before bsmm_stream_kernel runs. A kernel rather than
+// cudaMemsetAsync: XLA captures the handler into a CUDA graph, and a memset node
+// there made every op ~15 us slower on the host (measured on an H100 at density
+// 1/32, the one seed case with split columns; benchmarks/NOTES.md), while a
+// kernel node updates cheaply. (A template so that the three per-dtype
+// translation units including this header do not define the same symbol.)
+template <typename Counter>
+__global__ void zero_split_counters_kernel(Counter* counters, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    counters[i] = 0;
+  }
+}
+
 // ----------------------------------------------------------------------------- dw
 
 struct DwStreamParams {
@@ -300,6 +316,8 @@ struct DwStreamConfig {
   static constexpr int kKStep = k16 ? 16 : 8;
   static constexpr int kLd = BS == 8 ? 8 : BS + 8;  // k-major reads of both operands
   static constexpr int kTileElems = TN * kLd;
+  // Stage s holds x region s (the x tile of some recent run, see the kernel) and
+  // the dy tile of the item in flight in stage s.
   static constexpr int kStageElems = 2 * kTileElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   static constexpr int kStages = stream_stages(kStageBytes, BIG);
@@ -311,6 +329,7 @@ struct DwStreamConfig {
   static constexpr int kSmemBytes = kWarps * kWarpBytes;
   static_assert(TN % kKStep == 0, "k steps");
   static_assert(kStageBytes % 16 == 0 && kWarpBytes % 16 == 0, "16B alignment");
+  static_assert(kStages <= 8 && kWarps <= 8, "s_x_region size");
 };
 
 template <typename T, int BS, int TN, bool PRECISE, bool BIG>
@@ -338,20 +357,35 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG>::kThreads)
   T* const wsm = reinterpret_cast<T*>(smem_raw + warp * Cfg::kWarpBytes);
   float* const cs = reinterpret_cast<float*>(smem_raw + warp * Cfg::kWarpBytes +
                                              S * Cfg::kStageBytes);
+  // x region read by the item in flight in each stage (written at issue, read
+  // S - 1 iterations later, __syncwarp in between).
+  __shared__ int s_x_region[8][8];
+  int* const x_region_of_stage = s_x_region[warp];
 
   int2 bcur = fetch_item_batch(items, first, 1, my_cnt, 0, lane);
   int2 bnxt = fetch_item_batch(items, first, 1, my_cnt, 1, lane);
 
+  // Runs of equal input block c share one x tile. Run r's tile goes to x region
+  // r mod S. That region is free when run r + S starts: runs r+1 .. r+S-1 hold
+  // at least S - 1 items, so run r ended at or before item tl - S = t - 1, which
+  // was consumed before item tl is issued. Each x copy joins the commit group of
+  // its run's first item, and groups complete in order, so later items of the
+  // run find it landed too.
+  int issued_c = -1;
+  int issued_region = S - 1;
   auto issue = [&](int stage, int t) {
     int2 it;
     it.x = __shfl_sync(0xffffffffu, bcur.x, t & 31);
     it.y = __shfl_sync(0xffffffffu, bcur.y, t & 31);
-    T* xs = wsm + stage * Cfg::kStageElems;
-    T* ds = xs + Cfg::kTileElems;
-    warp_load_tile<T, TN, BS>(xs, Cfg::kLd, x + static_cast<int64_t>(it.x) * BS, p.x_cols,
-                              valid_rows, lane);
-    warp_load_tile<T, TN, BS>(ds, Cfg::kLd, dy + static_cast<int64_t>(it.y) * BS, p.dy_cols,
-                              valid_rows, lane);
+    if (it.x != issued_c) {
+      issued_c = it.x;
+      issued_region = issued_region + 1 == S ? 0 : issued_region + 1;
+      warp_load_tile<T, TN, BS>(wsm + issued_region * Cfg::kStageElems, Cfg::kLd,
+                                x + static_cast<int64_t>(it.x) * BS, p.x_cols, valid_rows, lane);
+    }
+    if (lane == 0) x_region_of_stage[stage] = issued_region;
+    warp_load_tile<T, TN, BS>(wsm + stage * Cfg::kStageElems + Cfg::kTileElems, Cfg::kLd,
+                              dy + static_cast<int64_t>(it.y) * BS, p.dy_cols, valid_rows, lane);
   };
 
 #pragma unroll
@@ -378,8 +412,8 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG>::kThreads)
       issue(write_stage, tl);
     }
     cp_async_commit();
-    const T* xs = wsm + read_stage * Cfg::kStageElems;
-    const T* ds = xs + Cfg::kTileElems;
+    const T* xs = wsm + x_region_of_stage[read_stage] * Cfg::kStageElems;
+    const T* ds = wsm + read_stage * Cfg::kStageElems + Cfg::kTileElems;
     float acc[Cfg::kMT][Cfg::kNT][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < TN; k0 += Cfg::kKStep) {

@@ -49,12 +49,13 @@ def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarr
     return offsets, order
 
 
-def _chunks(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _chunks(offsets: np.ndarray, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Work chunks over the segments of an offsets table, balanced by items (= bytes).
 
     Every segment (output block column) gets one chunk of at most ``limit`` items, except long
-    segments, which are cut into P equal chunks; limit = max(16, ceil(nnz / 256)), so a random
-    layout keeps one chunk per column and a heavy (power-law) column is spread over many CTAs.
+    segments, which are cut into P equal chunks; by default limit = max(16, ceil(nnz / 256)), so
+    a random layout keeps one chunk per column and a heavy (power-law) column is spread over
+    many CTAs.
     Chunks of split segments come first (their index is their scratch slot; the kernel sums
     their partials in chunk order), then the others longest first. Empty segments keep one
     empty chunk: the kernel writes their zeros.
@@ -63,7 +64,8 @@ def _chunks(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     counts = np.diff(offsets)
     nnz = int(offsets[-1])
-    limit = max(16, -(-nnz // 256))
+    if limit is None:
+        limit = max(16, -(-nnz // 256))
     parts = np.maximum(1, -(-counts // limit))
     split_segs = np.flatnonzero(parts > 1)
     split_segs = split_segs[np.argsort(-counts[split_segs], kind="stable")]

@@ -13,6 +13,10 @@ import jbs
 from jbs.bench import timing
 from jbs.bench.cases import Case
 
+# Ops per jitted chain: enough that jax's per-call dispatch (which grows with the number of
+# input arrays) is a small share of each op even at the lowest densities.
+MIN_OPS = 256
+
 
 def _layout(case: Case) -> np.ndarray:
     return jbs.layouts.random(case.c // case.block_size, case.k // case.block_size, case.density, seed=0)
@@ -46,7 +50,7 @@ def run_jbs(case: Case) -> float:
         kx, kw, kg = jax.random.split(key, 3)
         return (_data(kx, (case.n, case.c), dt), _data(kw, bsmm.w_shape, dt), _data(kg, (case.n, case.k), dt))
 
-    return timing.time_chain(_apply(case.op, bsmm), _sets(case, make))
+    return timing.time_chain(_apply(case.op, bsmm), _sets(case, make), min_ops=MIN_OPS)
 
 
 def run_dense(case: Case) -> float:
@@ -58,7 +62,7 @@ def run_dense(case: Case) -> float:
         return (_data(kx, (case.n, case.c), dt), _data(kw, (case.c, case.k), dt), _data(kg, (case.n, case.k), dt))
 
     dense_case = Case(case.op, case.dtype, case.n, case.c, case.k, case.block_size, 1.0)
-    return timing.time_chain(_apply(case.op, jnp.matmul), _sets(dense_case, make))
+    return timing.time_chain(_apply(case.op, jnp.matmul), _sets(dense_case, make), min_ops=MIN_OPS)
 
 
 def run_bcsr(case: Case) -> float:
@@ -75,7 +79,7 @@ def run_bcsr(case: Case) -> float:
         w_t = bsmm.to_dense(_data(kw, bsmm.w_shape, dt)).T
         return (_data(kx, (case.n, case.c), dt), sparse.BCSR.fromdense(w_t, nse=bsmm.nnz * case.block_size**2))
 
-    return timing.time_chain(lambda x, w_t: (w_t @ x.T).T, _sets(case, make), calls=5)
+    return timing.time_chain(lambda x, w_t: (w_t @ x.T).T, _sets(case, make), calls=5, min_ops=MIN_OPS)
 
 
 def run_torch_bsr(case: Case) -> float:
@@ -116,7 +120,7 @@ def run_jbs_conv(case) -> float:
         return (_data(kx, (case.n, case.size, case.size, case.c), dt), _data(kw, conv.w_shape, dt),
                 _data(kg, (case.n, case.size, case.size, case.k), dt))
 
-    return timing.time_chain(_apply(case.op, conv), _sets(case, make))
+    return timing.time_chain(_apply(case.op, conv), _sets(case, make), min_ops=MIN_OPS)
 
 
 def run_dense_conv(case) -> float:
@@ -130,7 +134,7 @@ def run_dense_conv(case) -> float:
         return (_data(kx, (case.n, case.size, case.size, case.c), dt), _data(kw, case.kernel + (case.c, case.k), dt),
                 _data(kg, (case.n, case.size, case.size, case.k), dt))
 
-    return timing.time_chain(_apply(case.op, conv), _sets(case, make))
+    return timing.time_chain(_apply(case.op, conv), _sets(case, make), min_ops=MIN_OPS)
 
 
 RUNNERS = {"jbs": run_jbs, "xla_dense": run_dense, "jax_bcsr": run_bcsr, "torch_bsr": run_torch_bsr}
