@@ -10,6 +10,9 @@ It also measures the L2-resident copy rate (read + write) that the large-N notes
 
 Run on the GPU machine after building jbs (scripts/gpu_check.sh does the build):
   python3 -P scripts/profile_kernels.py --densities 2,8,64 --ops forward,dx,dw --chunk-limits default,8
+Under Nsight Compute, use --plain (no torch.profiler: both would use CUPTI), e.g.
+  ncu --clock-control none --kernel-name regex:bsmm --section SpeedOfLight \
+      python3 -P scripts/profile_kernels.py --plain --densities 2 --ops forward
 XLA flags (e.g. command buffers off: XLA_FLAGS=--xla_gpu_enable_command_buffer=) are read once
 per process, so compare them with separate runs.
 """
@@ -86,6 +89,19 @@ def profile_case(case: Case, repeats: int = 5):
     return bench_us, kernels, span, names
 
 
+def run_plain(case: Case, calls: int = 1):
+    """Runs the case's op once, nothing else: for an outside profiler (ncu), which
+    cannot share CUPTI with torch.profiler."""
+    bsmm = jbs.BlockSparseMatMul(runners._layout(case), case.block_size)
+    dt = jnp.dtype(case.dtype)
+    kx, kw, kg = jax.random.split(jax.random.key(0), 3)
+    args = (runners._data(kx, (case.n, case.c), dt), runners._data(kw, bsmm.w_shape, dt),
+            runners._data(kg, (case.n, case.k), dt))
+    op = jax.jit(runners._apply(case.op, bsmm))
+    for _ in range(calls):
+        jax.block_until_ready(op(*args))
+
+
 def overhead():
     """Per-op cost of the harness and of XLA itself: a chain of trivial elementwise ops over
     the same number of rotated sets as the 1/64 seed case, next to the jbs op."""
@@ -106,7 +122,14 @@ def main():
     parser.add_argument("--chunk-limits", default="default")
     parser.add_argument("--no-l2", action="store_true")
     parser.add_argument("--overhead", action="store_true", help="also time trivial XLA chains")
+    parser.add_argument("--plain", action="store_true",
+                        help="only run each case's op once (under ncu: no timing, no CUPTI)")
     args = parser.parse_args()
+    if args.plain:
+        for den in args.densities.split(","):
+            for op in args.ops.split(","):
+                run_plain(Case(op, args.dtype, args.n, 12288, 12288, args.block_size, 1 / int(den)))
+        return
     print("XLA_FLAGS:", os.environ.get("XLA_FLAGS", ""), "| JBS env:",
           {k: v for k, v in os.environ.items() if k.startswith("JBS_")})
     if not args.no_l2:

@@ -33,6 +33,27 @@ inline cudaError_t opt_in_smem(const void* kernel, size_t smem_bytes) {
   return err;
 }
 
+// How many CTAs of `threads` threads and `smem_bytes` of dynamic shared memory
+// fit on one SM of the current device at once (thread and shared-memory limits,
+// 1 KiB reserved per CTA). Device attributes are cached per device.
+inline int resident_ctas_per_sm(int threads, size_t smem_bytes) {
+  static int smem_per_sm[64] = {};
+  static int threads_per_sm[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
+  if (smem_per_sm[device] == 0) {
+    int smem = 0, thr = 0;
+    cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    cudaDeviceGetAttribute(&thr, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    threads_per_sm[device] = thr > 0 ? thr : 2048;
+    smem_per_sm[device] = smem > 0 ? smem : 228 * 1024;
+  }
+  const size_t by_smem = static_cast<size_t>(smem_per_sm[device]) / (smem_bytes + 1024);
+  const int by_threads = threads_per_sm[device] / threads;
+  const int n = static_cast<int>(by_smem < static_cast<size_t>(by_threads) ? by_smem : by_threads);
+  return n > 0 ? n : 1;
+}
+
 // Launches `kernel<<<grid, block, smem_bytes, stream>>>(params)` and returns the
 // launch error, if any.
 template <typename Params>

@@ -251,12 +251,16 @@ cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   p.x_group_stride = a.x_group_stride;
   p.dy_group_stride = a.dy_group_stride;
   p.dw_group_stride = a.dw_group_stride;
-  // Enough warps for ~4 CTAs per SM over the whole grid (groups included),
-  // each warp a run of 1..32 consecutive blocks.
-  const int64_t ctas_per_sm = BIG ? 1 : 4;
-  const int64_t warps_wanted = static_cast<int64_t>(a.num_sms) * ctas_per_sm * 2 * Cfg::kWarps;
+  // Each warp takes a run of 1..32 consecutive blocks, sized so that the grid
+  // is a whole number of waves of resident CTAs (groups included): with a cap
+  // of 32 per warp and no rounding, the 1/2 and 1/4 seed cases ran 2.2 and 2.9
+  // waves, the last one mostly idle (benchmarks/NOTES.md).
+  const int64_t slots = static_cast<int64_t>(a.num_sms) *
+                        resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes) * Cfg::kWarps;
   const int64_t total = a.nnz * a.groups;
-  int64_t ipw = (total + warps_wanted - 1) / warps_wanted;
+  const int64_t per_slot = (total + slots - 1) / slots;  // items per warp in one wave
+  const int64_t waves = (per_slot + 31) / 32;
+  int64_t ipw = (per_slot + waves - 1) / waves;
   ipw = ipw < 1 ? 1 : (ipw > 32 ? 32 : ipw);
   p.items_per_warp = static_cast<int>(ipw);
   const int64_t per_cta = ipw * Cfg::kWarps;
