@@ -46,9 +46,9 @@ def time_chain(fn, input_sets, *, calls: int = 20, batches: int = 5, warmup: int
                min_ops: int = 0) -> float:
     """Median microseconds of one ``fn(*inputs)`` over a jitted chain of all input sets
     (re-paired by ``mixed_sets`` into up to ``min_ops`` ops when min_ops > len(input_sets))."""
-    num_ops = len(mixed_sets(input_sets, min_ops)) if min_ops > len(input_sets) else len(input_sets)
-    chain = jax.jit(lambda sets: [fn(*inputs) for inputs in
-                                  (mixed_sets(sets, min_ops) if min_ops > len(sets) else sets)])
+    arrange = lambda sets: mixed_sets(sets, min_ops) if min_ops > len(sets) else list(sets)
+    num_ops = len(arrange(input_sets))
+    chain = jax.jit(lambda sets: [fn(*inputs) for inputs in arrange(sets)])
     for _ in range(warmup):
         jax.block_until_ready(chain(input_sets))
     samples = []
