@@ -101,6 +101,13 @@ y, g = step(xs, w, dys)
 assert y.sharding.spec[1] == "data", y.sharding
 np.testing.assert_allclose(y, reference.forward(x, w, *t[:5], precision=1), rtol=1e-5, atol=1e-5)
 np.testing.assert_allclose(g, reference.weight_grad(x, dy, *t[:5], precision=1), rtol=1e-5, atol=1e-5)
+# Rows that do not split evenly (62 over 4 devices, from slicing inside jit): the padding
+# of the last shard must not reach the dw sum.
+uneven = jax.jit(lambda x, w, dy: (fwd(x[:, :62], w, *t[:5]), dw(x[:, :62], dy[:, :62], *t[:5])))
+y, g = uneven(xs, w, dys)
+np.testing.assert_allclose(y, reference.forward(x[:, :62], w, *t[:5], precision=1), rtol=1e-5, atol=1e-5)
+np.testing.assert_allclose(g, reference.weight_grad(x[:, :62], dy[:, :62], *t[:5], precision=1),
+                           rtol=1e-5, atol=1e-5)
 print("partitioned ok")
 """
 

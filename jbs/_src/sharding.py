@@ -7,7 +7,8 @@ wrapped in ``custom_partitioning``:
 * forward and input gradient: rows (``n``) pass through, so the activation and the output keep
   the activation's row sharding; the weights and lookup tables are replicated;
 * weight gradient: rows are summed over, so each device computes a partial ``dw`` from its rows
-  and the partials are summed across the row axes (``psum``).
+  and the partials are summed across the row axes (``psum``); rows that do not split evenly
+  over the devices are gathered instead (padding rows would be summed in).
 
 Everything else (features, blocks, tables, scratch, the vmap group axis) is replicated. On one
 device ``custom_partitioning`` inlines the call and costs nothing. The Shardy rule below tells
@@ -17,6 +18,7 @@ the propagation the same facts.
 from __future__ import annotations
 
 import itertools
+import math
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
@@ -50,6 +52,13 @@ def _row_axes(arg):
     return spec[1] if spec is not None and len(spec) > 1 else None
 
 
+def _shards(mesh, axes) -> int:
+    """How many pieces the mesh axes ``axes`` (a name, a tuple of names or None) cut a dim into."""
+    if axes is None:
+        return 1
+    return math.prod(mesh.shape[name] for name in (axes if isinstance(axes, tuple) else (axes,)))
+
+
 def require_device_assignment(*primitives) -> None:
     """Ask jax to lower computations holding these primitives with their device assignment.
 
@@ -79,6 +88,11 @@ def partitioned(call, *, rows_in_output: bool):
 
     def shardings(mesh, arg_shapes):
         rows = _row_axes(arg_shapes[0]) if isinstance(arg_shapes[0].sharding, NamedSharding) else None
+        if not rows_in_output and arg_shapes[0].shape[1] % _shards(mesh, rows) != 0:
+            # Uneven shards are padded, and the padding rows hold whatever the buffer held: a
+            # sum over rows (dw) would add them in. Gather the rows instead (correct, slower).
+            # fwd/dx only produce extra output rows there, which XLA drops.
+            rows = None
         row_spec = NamedSharding(mesh, PartitionSpec(None, rows))
         replicated = NamedSharding(mesh, PartitionSpec())
         rows_operands = (0,) if rows_in_output else (0, 1)
