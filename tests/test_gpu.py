@@ -133,22 +133,31 @@ def test_data_parallel_batch_stays_sharded(rng):
     assert sharded[1][0].sharding.spec[0] == "data"
 
 
-@pytest.mark.parametrize("groups", ["0", "1"])
+# JBS_GROUPS / JBS_WGMMA settings that force each large-N fwd/dx kernel.
+LARGE_N_PATHS = {"one-column": ("0", "0"), "groups-mma-sync": ("1", "0"), "groups-wgmma": ("1", "1")}
+
+
+@pytest.mark.parametrize("path", sorted(LARGE_N_PATHS))
 @pytest.mark.parametrize("bs", [16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, groups, bs, dtype):
+def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, bs, dtype):
     """Both large-N fwd/dx kernels (one output block column per CTA, or a group of 128 / bs
     columns walking the union of their input blocks), forced by JBS_GROUPS, on a power-law
-    layout whose last group is partial, N not a multiple of the row tile."""
+    layout whose last group is partial, N not a multiple of the row tile (456 rows: the group
+    kernel's second 256-row tile fills one 128-row epilogue half and part of the other)."""
     # (fp32 64x64 blocks have no group kernel -- two stages would not fit in shared memory --
-    # so JBS_GROUPS=1 runs the one-column kernel there: the fallback is what is tested)
+    # so JBS_GROUPS=1 runs the one-column kernel there; fp32 has no wgmma kernel and sm_90
+    # alone has one, so "groups-wgmma" runs the mma.sync group kernel elsewhere: the
+    # fallbacks are what is tested)
+    groups, wgmma = LARGE_N_PATHS[path]
     monkeypatch.setenv("JBS_GROUPS", groups)
+    monkeypatch.setenv("JBS_WGMMA", wgmma)
     layout = heavy_column_layout(rng, 11, 13, density=0.5)
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
         bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
-        x = random_array(rng, (300, bsmm.shape[0]), dtype)
+        x = random_array(rng, (456, bsmm.shape[0]), dtype)
         w = random_array(rng, bsmm.w_shape, dtype)
-        g = random_array(rng, (300, bsmm.shape[1]), dtype)
+        g = random_array(rng, (456, bsmm.shape[1]), dtype)
         y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
         dx, _ = jax.jit(pullback)(g)
         W = dense_f64(bsmm, w)

@@ -54,6 +54,21 @@ inline int resident_ctas_per_sm(int threads, size_t smem_bytes) {
   return n > 0 ? n : 1;
 }
 
+// Whether the current device is sm_90 (Hopper), the only target of the wgmma
+// kernels, cached per device.
+inline bool device_is_sm90() {
+  static int cc[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  if (cc[device] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    cc[device] = major * 10 + minor;
+  }
+  return cc[device] == 90;
+}
+
 // Launches `kernel<<<grid, block, smem_bytes, stream>>>(params)` and returns the
 // launch error, if any.
 template <typename Params>

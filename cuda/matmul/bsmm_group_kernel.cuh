@@ -38,6 +38,38 @@ struct GroupParams : FwdDxOperands {
   int num_groups;                // blockIdx.x = row_tile * num_groups + group
 };
 
+// Where a group-kernel CTA works: blockIdx.x = row tile * num_groups + group,
+// blockIdx.y = weight group g; the operand pointers are already offset to them.
+template <typename T, int BS, int TN, bool GATHER>
+struct GroupCta {
+  static constexpr int kP = 128 / BS;
+  int64_t n0;            // first row of the tile
+  const T* in_group;     // the activation of group g (GATHER: the image batch)
+  const T* in;           // ... at row n0 (unused with GATHER)
+  const T* w;            // the weight blocks of group g
+  T* out;                // output tile origin: row n0, the group's first column
+  int num_cols;          // columns of this group (the last one may hold fewer than P)
+  int valid_rows;        // rows of the tile that exist
+  int beg, end;          // the group's union items
+
+  __device__ __forceinline__ explicit GroupCta(const GroupParams& p) {
+    const int q = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_groups));
+    n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(p.num_groups)) * TN;
+    const int64_t g = blockIdx.y;
+    in_group = static_cast<const T*>(p.in) + g * p.in_group_stride;
+    in = in_group + (GATHER ? 0 : n0 * p.in_cols);
+    w = static_cast<const T*>(p.w) + g * p.w_group_stride;
+    const int first_col = q * kP;
+    const int out_blocks = static_cast<int>(p.out_cols / BS);
+    num_cols = out_blocks - first_col < kP ? out_blocks - first_col : kP;
+    out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols +
+          static_cast<int64_t>(first_col) * BS;
+    valid_rows = static_cast<int>(p.rows - n0 < TN ? p.rows - n0 : TN);
+    beg = __ldg(p.group_offsets + q);
+    end = __ldg(p.group_offsets + q + 1);
+  }
+};
+
 template <typename T, int BS, bool TRANS>
 struct GroupConfig {
   static_assert(BS >= 16 && (sizeof(T) == 2 || BS <= 32), "group kernel block sizes");
@@ -79,25 +111,11 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int q = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_groups));
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(p.num_groups)) * kTN;
-  const int64_t g = blockIdx.y;
-
-  const T* const in_group = static_cast<const T*>(p.in) + g * p.in_group_stride;
-  const T* const in = in_group + (GATHER ? 0 : n0 * p.in_cols);
-  const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
-  const int first_col = q * kP;
-  const int out_blocks = static_cast<int>(p.out_cols / BS);
-  const int num_cols = out_blocks - first_col < kP ? out_blocks - first_col : kP;
-  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols +
-                 static_cast<int64_t>(first_col) * BS;
-  const int valid_rows = static_cast<int>(p.rows - n0 < kTN ? p.rows - n0 : kTN);
-  const int beg = __ldg(p.group_offsets + q);
-  const int end = __ldg(p.group_offsets + q + 1);
+  const GroupCta<T, BS, kTN, GATHER> cta(p);
   const int32_t* const items = p.group_items;  // row j: [input block, block of column 0..P-1]
 
   GatheredTile<T, kTN, BS, Cfg::kThreads> gathered;
-  if constexpr (GATHER) gathered.init(p.gather, n0, p.rows, tid);
+  if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
 
   auto load_stage = [&](int stage, int j) {
     T* xs = smem + stage * Cfg::kStageElems;
@@ -105,10 +123,10 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
     const int32_t* row = items + static_cast<int64_t>(j) * (1 + kP);
     const int input_block = __ldg(row);
     if constexpr (GATHER) {
-      gathered.load(xs, Cfg::kLdX, in_group, p.in_cols, p.gather, input_block, tid);
+      gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, input_block, tid);
     } else {
-      load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, in + static_cast<int64_t>(input_block) * BS,
-                                                 p.in_cols, valid_rows, tid);
+      load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(input_block) * BS,
+                                                 p.in_cols, cta.valid_rows, tid);
     }
     // The P weight blocks, 16-byte chunks spread over all threads. An absent block (-1) is
     // zero-filled (cp.async of 0 source bytes, from a valid address): warps that span it and a
@@ -122,7 +140,7 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
       const int r = (idx / kChunksPerRow) % BS;
       const int col = (idx % kChunksPerRow) * kVec;
       const int block = __ldg(row + 1 + c);
-      const T* src = w + static_cast<int64_t>(block < 0 ? 0 : block) * (BS * BS) + r * BS + col;
+      const T* src = cta.w + static_cast<int64_t>(block < 0 ? 0 : block) * (BS * BS) + r * BS + col;
       T* dst = TRANS ? ws + (c * BS + r) * Cfg::kLdW + col : ws + r * Cfg::kLdW + c * BS + col;
       cp_async_16(dst, src, block < 0 ? 0 : 16);
     }
@@ -136,18 +154,18 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (beg + s < end) load_stage(s, beg + s);
+    if (cta.beg + s < cta.end) load_stage(s, cta.beg + s);
     cp_async_commit();
   }
 
   float acc[Cfg::kMT][Cfg::kNT][4] = {};
   int read_stage = 0;
   int write_stage = kStages - 1;
-  for (int j = beg; j < end; ++j) {
+  for (int j = cta.beg; j < cta.end; ++j) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
     const int jn = j + kStages - 1;
-    if (jn < end) load_stage(write_stage, jn);
+    if (jn < cta.end) load_stage(write_stage, jn);
     cp_async_commit();
 
     const int32_t* row = items + static_cast<int64_t>(j) * (1 + kP);
@@ -172,9 +190,9 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
   float* const cs = reinterpret_cast<float*>(smem_raw);
   stage_acc<Cfg::kMT, Cfg::kNT, kTN>(cs, Cfg::kLdC, wm * Cfg::kWarpM, wn * Cfg::kWarpN, acc, lane);
   __syncthreads();
-  for (int c = 0; c < num_cols; ++c) {  // the last group may hold fewer than P columns
-    store_tile<T, kTN, BS, Cfg::kThreads, 1>(cs + c * BS, Cfg::kLdC, 0, out + c * BS, p.out_cols,
-                                            valid_rows, tid);
+  for (int c = 0; c < cta.num_cols; ++c) {  // the last group may hold fewer than P columns
+    store_tile<T, kTN, BS, Cfg::kThreads, 1>(cs + c * BS, Cfg::kLdC, 0, cta.out + c * BS, p.out_cols,
+                                            cta.valid_rows, tid);
   }
 }
 

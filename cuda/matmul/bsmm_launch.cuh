@@ -13,6 +13,7 @@
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
 #include "matmul/bsmm_group_kernel.cuh"
+#include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
 
 namespace jbs {
@@ -58,6 +59,15 @@ cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
                        dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
 }
 
+inline GroupParams group_params(const BsmmBlocksArgs& a) {
+  GroupParams p;
+  fill_operands(p, a);
+  p.group_offsets = a.group_offsets;
+  p.group_items = a.group_items;
+  p.num_groups = static_cast<int>(a.num_groups);
+  return p;
+}
+
 // Whether the column-group kernel serves this call. It pays only when each
 // activation tile it loads feeds enough of the group's P columns: fill =
 // (nnz / union items) / P, the mean fraction of column warps with work per
@@ -89,11 +99,7 @@ template <typename T, int BS, bool TRANS, bool PRECISE, bool GATHER>
 cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if constexpr (BS >= 16 && (sizeof(T) == 2 || BS <= 32)) {
     using Cfg = GroupConfig<T, BS, TRANS>;
-    GroupParams p;
-    fill_operands(p, a);
-    p.group_offsets = a.group_offsets;
-    p.group_items = a.group_items;
-    p.num_groups = static_cast<int>(a.num_groups);
+    const GroupParams p = group_params(a);
     const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
     // The handlers guarantee num_groups * row_tiles < 2^31 and groups <= 65535.
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
@@ -101,6 +107,63 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
                          Cfg::kSmemBytes, stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_groups() is false for these
+  }
+}
+
+// Whether the wgmma column-group kernel serves this call: 16-bit types on an
+// sm_90 device, in a build with sm_90a machine code (CMake defines
+// JBS_HAVE_SM90A), for large N (its row tile is 256: below ~512 rows the
+// one-column kernel's 128-row tiles give more CTAs). Both kernels are bound by
+// the L2 -> SM feed (Nsight Compute: L2 at 73-91% of peak), and the group
+// kernel moves fewer bytes only when each activation tile it loads feeds
+// enough blocks: reuse = nnz / union items, the blocks per loaded tile. The
+// break-even points below are measured on an H100 (benchmarks/NOTES.md,
+// session 4): matmul 8192^3, bs 64: reuse 1.33 is 1.10x faster, 1.14 even;
+// bs 32: 1.46 is 1.14x faster, 1.21 7% slower; bs 16: 2.22 is 1.4x faster,
+// 1.52 2% slower. The implicit-GEMM conv, whose gathered activations mostly
+// hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
+// at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
+// JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 on.
+inline int wgmma_env() {
+  const char* e = std::getenv("JBS_WGMMA");
+  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
+}
+
+inline constexpr int64_t kWgmmaMinRows = 512;
+
+inline double min_wgmma_reuse(int bs, bool gathered) {
+  if (gathered) return bs == 16 ? 3.0 : 1e9;
+  return bs == 64 ? 1.25 : (bs == 32 ? 1.35 : 1.8);
+}
+
+template <typename T, int BS>
+bool use_group_wgmma(const BsmmBlocksArgs& a) {
+#ifdef JBS_HAVE_SM90A
+  if constexpr (kIs16Bit<T> && BS >= 16) {
+    if (a.group_items == nullptr || a.group_width != 128 / BS || a.num_group_items <= 0 ||
+        (!a.gathered && a.rows <= kStreamMaxRowsHost) || !device_is_sm90() || groups_env() == 0 ||
+        wgmma_env() == 0) {
+      return false;
+    }
+    if (wgmma_env() == 1 || groups_env() == 1) return true;
+    const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
+    return a.rows >= kWgmmaMinRows && reuse >= min_wgmma_reuse(BS, a.gathered);
+  }
+#endif
+  return false;
+}
+
+template <typename T, int BS, bool TRANS, bool GATHER>
+cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && BS >= 16) {
+    using Cfg = GroupWgmmaConfig<T, BS>;
+    const GroupParams p = group_params(a);
+    const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
+    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, GATHER>, grid, dim3(Cfg::kThreads),
+                         Cfg::kSmemBytes, stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_group_wgmma() is false for these
   }
 }
 
@@ -166,6 +229,10 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (use_group_wgmma<T, BS>(a)) {
+          return a.gathered ? launch_group_wgmma_variant<T, BS, TRANS, true>(a, stream)
+                            : launch_group_wgmma_variant<T, BS, TRANS, false>(a, stream);
+        }
         if (use_groups<T, BS>(a)) {
           return a.gathered ? launch_group_variant<T, BS, TRANS, PRECISE, true>(a, stream)
                             : launch_group_variant<T, BS, TRANS, PRECISE, false>(a, stream);

@@ -22,72 +22,156 @@
 
 namespace jbs {
 
+// v as tf32 (PRECISE: big + small parts, see split_tf32; else small = 0).
+template <bool PRECISE>
+__device__ __forceinline__ void tf32_parts(float v, uint32_t& big, uint32_t& small) {
+  if constexpr (PRECISE) {
+    split_tf32(v, big, small);
+  } else {
+    big = to_tf32(v);
+    small = 0u;
+  }
+}
+
+// The B side of one k-step: acc[MT][NT] += A * B[k0 : k0+KSTEP, n0 : n0+8*NT] for
+// A fragments already in registers (16-bit k16: the m16n8k16 layout, as ldsm_x4 of
+// a row-major tile gives it; fp32: tf32 values, a_small the low parts when PRECISE).
+// Split out of warp_mma_step so a warp can reuse one A fragment for several B
+// tiles (the column-group kernel multiplies one activation tile by several blocks).
+template <typename T, int MT, int NT, int KSTEP, bool B_KMAJOR, bool PRECISE>
+__device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
+                                             const uint32_t (&a_small)[MT][4], const T* Bs, int ldb,
+                                             int n0, int k0, int lane) {
+  if constexpr (kIs16Bit<T>) {
+    static_assert(KSTEP == 16, "16-bit fragments in registers are k16");
+    const int r = lane & 7;
+    const int i = lane >> 3;
+    if constexpr (NT == 1) {
+      uint32_t b[2];
+      if constexpr (B_KMAJOR) {
+        ldsm_x2_t(b, Bs + (k0 + (i & 1) * 8 + r) * ldb + n0);
+      } else {
+        ldsm_x2(b, Bs + (n0 + r) * ldb + k0 + (i & 1) * 8);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_16x8x16<T>(acc[mt][0], a[mt], b[0], b[1]);
+    } else {
+      static_assert(NT % 2 == 0, "16-bit B fragments are loaded for pairs of n-tiles");
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        // b[0], b[1]: n-tile 2np (k +0, k +8); b[2], b[3]: n-tile 2np+1.
+        uint32_t b[4];
+        const int nb = n0 + np * 16;
+        if constexpr (B_KMAJOR) {
+          ldsm_x4_t(b, Bs + (k0 + (i & 1) * 8 + r) * ldb + nb + (i >> 1) * 8);
+        } else {
+          ldsm_x4(b, Bs + (nb + (i >> 1) * 8 + r) * ldb + k0 + (i & 1) * 8);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16x8x16<T>(acc[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16x8x16<T>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  } else {
+    static_assert(KSTEP == 8, "tf32 MMAs are k8");
+    const int gq = lane >> 2;
+    const int tq = lane & 3;
+    auto load_b = [&](int k, int n) -> float {
+      return B_KMAJOR ? Bs[k * ldb + n] : Bs[n * ldb + k];
+    };
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int n = n0 + nt * 8 + gq;
+      const float u0 = load_b(k0 + tq, n);
+      const float u1 = load_b(k0 + tq + 4, n);
+      uint32_t b_big[2], b_small[2];
+      tf32_parts<PRECISE>(u0, b_big[0], b_small[0]);
+      tf32_parts<PRECISE>(u1, b_big[1], b_small[1]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (PRECISE) {
+          // Small cross terms first so they are not swamped by the big one.
+          mma_16x8x8_tf32(acc[mt][nt], a_small[mt], b_big[0], b_big[1]);
+          mma_16x8x8_tf32(acc[mt][nt], a[mt], b_small[0], b_small[1]);
+        }
+        mma_16x8x8_tf32(acc[mt][nt], a[mt], b_big[0], b_big[1]);
+      }
+    }
+  }
+}
+
+// A fragments of rows m0 .. m0+16*MT of a row-major A (A(m, k) = As[m * lda + k]) for
+// the k-step at k0, in the layout mma_loaded_a takes (16-bit: k16 only).
+template <typename T, int MT, int KSTEP, bool PRECISE>
+__device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_small)[MT][4],
+                                            const T* As, int lda, int m0, int k0, int lane) {
+  if constexpr (kIs16Bit<T>) {
+    static_assert(KSTEP == 16, "16-bit fragments in registers are k16");
+    const int r = lane & 7;
+    const int i = lane >> 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      // matrices: (rows +0, k +0) (rows +8, k +0) (rows +0, k +8) (rows +8, k +8)
+      ldsm_x4(a[mt], As + (m0 + mt * 16 + (i & 1) * 8 + r) * lda + k0 + (i >> 1) * 8);
+    }
+  } else {
+    static_assert(KSTEP == 8, "tf32 MMAs are k8");
+    const int gq = lane >> 2;
+    const int tq = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = m0 + mt * 16 + gq;
+      const float v[4] = {As[m * lda + k0 + tq], As[(m + 8) * lda + k0 + tq],
+                          As[m * lda + k0 + tq + 4], As[(m + 8) * lda + k0 + tq + 4]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
+    }
+  }
+}
+
 template <typename T, int MT, int NT, int KSTEP, bool A_KMAJOR, bool B_KMAJOR, bool M_HALF,
           bool PRECISE>
 __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* As, int lda, int m0,
                                               const T* Bs, int ldb, int n0, int k0, int lane) {
   static_assert(!M_HALF || MT == 1, "M_HALF means a single, half-used 16-row tile");
+  uint32_t a[MT][4];
+  uint32_t a_small[MT][4];
   if constexpr (kIs16Bit<T>) {
     // ldmatrix addressing: lane supplies row r of matrix i.
     const int r = lane & 7;
     const int i = lane >> 3;
     if constexpr (KSTEP == 16) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int mb = m0 + mt * 16;
-        if constexpr (!A_KMAJOR) {
-          // matrices: (rows +0, k +0) (rows +8, k +0) (rows +0, k +8) (rows +8, k +8)
-          ldsm_x4(a[mt], As + (mb + (i & 1) * 8 + r) * lda + k0 + (i >> 1) * 8);
-        } else if constexpr (M_HALF) {
-          // a0 = (m 0-7, k 0-7), a2 = (m 0-7, k 8-15); rows 8-15 of A are zero.
-          uint32_t h[2];
-          ldsm_x2_t(h, As + (k0 + (i & 1) * 8 + r) * lda + mb);
-          a[mt][0] = h[0];
-          a[mt][1] = 0u;
-          a[mt][2] = h[1];
-          a[mt][3] = 0u;
-        } else {
-          // stored rows are k: matrix i at (k + 8*(i>>1), m + 8*(i&1)), transposed.
-          ldsm_x4_t(a[mt], As + (k0 + (i >> 1) * 8 + r) * lda + mb + (i & 1) * 8);
-        }
-      }
-      if constexpr (NT == 1) {
-        uint32_t b[2];
-        if constexpr (B_KMAJOR) {
-          ldsm_x2_t(b, Bs + (k0 + (i & 1) * 8 + r) * ldb + n0);
-        } else {
-          ldsm_x2(b, Bs + (n0 + r) * ldb + k0 + (i & 1) * 8);
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_16x8x16<T>(acc[mt][0], a[mt], b[0], b[1]);
+      if constexpr (!A_KMAJOR) {
+        load_a_rows<T, MT, KSTEP, PRECISE>(a, a_small, As, lda, m0, k0, lane);
       } else {
-        static_assert(NT % 2 == 0, "16-bit B fragments are loaded for pairs of n-tiles");
 #pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-          // b[0], b[1]: n-tile 2np (k +0, k +8); b[2], b[3]: n-tile 2np+1.
-          uint32_t b[4];
-          const int nb = n0 + np * 16;
-          if constexpr (B_KMAJOR) {
-            ldsm_x4_t(b, Bs + (k0 + (i & 1) * 8 + r) * ldb + nb + (i >> 1) * 8);
+        for (int mt = 0; mt < MT; ++mt) {
+          const int mb = m0 + mt * 16;
+          if constexpr (M_HALF) {
+            // a0 = (m 0-7, k 0-7), a2 = (m 0-7, k 8-15); rows 8-15 of A are zero.
+            uint32_t h[2];
+            ldsm_x2_t(h, As + (k0 + (i & 1) * 8 + r) * lda + mb);
+            a[mt][0] = h[0];
+            a[mt][1] = 0u;
+            a[mt][2] = h[1];
+            a[mt][3] = 0u;
           } else {
-            ldsm_x4(b, Bs + (nb + (i >> 1) * 8 + r) * ldb + k0 + (i & 1) * 8);
-          }
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_16x8x16<T>(acc[mt][2 * np], a[mt], b[0], b[1]);
-            mma_16x8x16<T>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            // stored rows are k: matrix i at (k + 8*(i>>1), m + 8*(i&1)), transposed.
+            ldsm_x4_t(a[mt], As + (k0 + (i >> 1) * 8 + r) * lda + mb + (i & 1) * 8);
           }
         }
       }
+      mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE>(acc, a, a_small, Bs, ldb, n0, k0, lane);
     } else {
       // k8 variant: only fwd/dx with 8x8 blocks, where the whole block is one
       // k-step and one n-tile.
       static_assert(KSTEP == 8 && !A_KMAJOR && !M_HALF && NT == 1, "unsupported 16-bit k8 use");
-      uint32_t a[MT][2];
+      uint32_t a2[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        ldsm_x2(a[mt], As + (m0 + mt * 16 + (i & 1) * 8 + r) * lda + k0);
+        ldsm_x2(a2[mt], As + (m0 + mt * 16 + (i & 1) * 8 + r) * lda + k0);
       }
       uint32_t b;
       if constexpr (B_KMAJOR) {
@@ -96,61 +180,31 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
         ldsm_x1(b, Bs + (n0 + r) * ldb + k0);
       }
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma_16x8x8<T>(acc[mt][0], a[mt], b);
+      for (int mt = 0; mt < MT; ++mt) mma_16x8x8<T>(acc[mt][0], a2[mt], b);
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
-    const int gq = lane >> 2;
-    const int tq = lane & 3;
-    auto load_a = [&](int m, int k) -> float {
-      return A_KMAJOR ? As[k * lda + m] : As[m * lda + k];
-    };
-    auto load_b = [&](int k, int n) -> float {
-      return B_KMAJOR ? Bs[k * ldb + n] : Bs[n * ldb + k];
-    };
-    uint32_t a_big[MT][4];
-    uint32_t a_small[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int m = m0 + mt * 16 + gq;
-      float v[4];
-      v[0] = load_a(m, k0 + tq);
-      v[1] = M_HALF ? 0.f : load_a(m + 8, k0 + tq);
-      v[2] = load_a(m, k0 + tq + 4);
-      v[3] = M_HALF ? 0.f : load_a(m + 8, k0 + tq + 4);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (PRECISE) {
-          split_tf32(v[e], a_big[mt][e], a_small[mt][e]);
-        } else {
-          a_big[mt][e] = to_tf32(v[e]);
-          a_small[mt][e] = 0u;
-        }
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int n = n0 + nt * 8 + gq;
-      const float u0 = load_b(k0 + tq, n);
-      const float u1 = load_b(k0 + tq + 4, n);
-      uint32_t b_big[2], b_small[2];
-      if constexpr (PRECISE) {
-        split_tf32(u0, b_big[0], b_small[0]);
-        split_tf32(u1, b_big[1], b_small[1]);
-      } else {
-        b_big[0] = to_tf32(u0);
-        b_big[1] = to_tf32(u1);
-      }
+    if constexpr (!A_KMAJOR && !M_HALF) {
+      load_a_rows<T, MT, KSTEP, PRECISE>(a, a_small, As, lda, m0, k0, lane);
+    } else {
+      const int gq = lane >> 2;
+      const int tq = lane & 3;
+      auto load_a = [&](int m, int k) -> float {
+        return A_KMAJOR ? As[k * lda + m] : As[m * lda + k];
+      };
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if constexpr (PRECISE) {
-          // Small cross terms first so they are not swamped by the big one.
-          mma_16x8x8_tf32(acc[mt][nt], a_small[mt], b_big[0], b_big[1]);
-          mma_16x8x8_tf32(acc[mt][nt], a_big[mt], b_small[0], b_small[1]);
-        }
-        mma_16x8x8_tf32(acc[mt][nt], a_big[mt], b_big[0], b_big[1]);
+        const int m = m0 + mt * 16 + gq;
+        float v[4];
+        v[0] = load_a(m, k0 + tq);
+        v[1] = M_HALF ? 0.f : load_a(m + 8, k0 + tq);
+        v[2] = load_a(m, k0 + tq + 4);
+        v[3] = M_HALF ? 0.f : load_a(m + 8, k0 + tq + 4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
       }
     }
+    mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE>(acc, a, a_small, Bs, ldb, n0, k0, lane);
   }
 }
 

@@ -1,0 +1,220 @@
+// Large-N forward / input-gradient kernel over column groups on Hopper tensor
+// cores (wgmma, sm_90a): CTA = (row tile of 256, group of P = 128 / BS
+// consecutive output block columns, group g), 16-bit types.
+//
+// Same walk as bsmm_group_kernel (the union of the group's input blocks, one
+// activation tile per item multiplied by every block present for it), with the
+// work split so that no warp depends on the layout: each of the two
+// warpgroups owns 128 rows of the 256 x 128 output tile across all P columns
+// (two m64 halves). Per item it loads its activation fragments once and issues,
+// for every present block, one m64 x BS x 16 wgmma per k-step and half; absent
+// blocks are neither loaded nor multiplied. Compared with mma.sync warps
+// (benchmarks/NOTES.md, session 4: warps that each re-read every weight block
+// from shared memory made the row-split design slower than the first one), a
+// warpgroup's wgmma reads each weight block from shared memory once per m64
+// for all four of its warps.
+//
+// Weight blocks sit in shared memory as 8 x 8 core matrices without swizzle
+// (wgmma.cuh): element (r, c) of a block at ((r/8) * BS/8 + c/8) * 64 + (r%8) * 8
+// + c%8. The fwd reads a block as B(k = r, n = c), N-major; the dx as
+// B(k = c, n = r), K-major: one layout, two descriptors.
+//
+// Items are processed in table order with a fixed assignment of rows, so the
+// result is bitwise deterministic. GATHER: as bsmm_blocks_kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.cuh"
+#include "common/ptx.cuh"
+#include "common/wgmma.cuh"
+#include "conv/gathered_tile.cuh"
+#include "conv/row_gather.h"
+#include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
+#include "matmul/bsmm_group_kernel.cuh"   // GroupParams
+#include "matmul/tile_io.cuh"
+#include "matmul/warp_mma.cuh"
+
+namespace jbs {
+
+template <typename T, int BS>
+struct GroupWgmmaConfig {
+  static_assert(kIs16Bit<T> && BS >= 16, "wgmma group kernel: 16-bit types, blocks of 16..64");
+  static constexpr int kP = 128 / BS;
+  static constexpr int kTN = 256;
+  static constexpr int kThreads = 256;  // two warpgroups of 128 rows each
+  static constexpr int kNT = BS / 8;
+  static constexpr int kKSteps = BS / 16;
+  static constexpr int kLdX = BlocksConfig<T, BS, false, 128>::kLdX;  // ldmatrix-friendly rows
+  static constexpr int kBlockElems = BS * BS;
+  static constexpr int kStageElems = kTN * kLdX + kP * kBlockElems;
+  static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kStages = cclamp(200 * 1024 / kStageBytes, 3, 6);
+  // The MMAs of one item may still run while the next item's are issued when
+  // there are stages to spare; loads then run kAhead = kStages - 2 items ahead
+  // (the stage being refilled is two items old, and wgmma_wait<1> has retired it).
+  static constexpr int kMmaInFlight = kStages >= 4 ? 1 : 0;
+  static constexpr int kAhead = kStages - 1 - kMmaInFlight;
+  // Per stage, after the ring: the item's present-column mask (int).
+  static constexpr int kMaskOffset = kStages * kStageBytes;
+  static constexpr int kLdC = 128 + 8;
+  static constexpr int kEpilogueBytes = 128 * kLdC * 4;  // one warpgroup's rows at a time
+  static constexpr int kSmemBytes = cmax(kMaskOffset + 16 * 4, kEpilogueBytes);
+  // wgmma descriptors address 16-byte units; keep every block on a core-matrix (128 B) boundary.
+  static_assert(kStageBytes % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
+};
+
+template <typename T, int BS, bool TRANS, bool GATHER>
+__global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupParams p) {
+  using Cfg = GroupWgmmaConfig<T, BS>;
+  constexpr int kP = Cfg::kP;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kTN = Cfg::kTN;
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // offset 0: core matrices stay 128 B aligned
+  T* const smem = reinterpret_cast<T*>(smem_raw);
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int wg = warp >> 2;  // warpgroup: rows wg * 128 ..
+  const GroupCta<T, BS, kTN, GATHER> cta(p);
+  const int32_t* const items = p.group_items;  // row j: [input block, block of column 0..P-1]
+
+  GatheredTile<T, kTN, BS, Cfg::kThreads> gathered;
+  if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
+
+  // Table rows are read one iteration before their loads are issued, so that the
+  // global-load latency of the indices is off the issue path (it cost ~1000
+  // cycles per item when read in place, benchmarks/NOTES.md session 4).
+  int* const masks = reinterpret_cast<int*>(smem_raw + Cfg::kMaskOffset);
+  using Row = int32_t[1 + kP];
+  auto fetch_row = [&](int j, Row& r) {
+#pragma unroll
+    for (int i = 0; i < 1 + kP; ++i) r[i] = __ldg(items + static_cast<int64_t>(j) * (1 + kP) + i);
+  };
+  auto load_stage = [&](int stage, const Row& r) {
+    T* xs = smem + stage * Cfg::kStageElems;
+    T* ws = xs + kTN * Cfg::kLdX;
+    if constexpr (GATHER) {
+      gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, r[0], tid);
+    } else {
+      load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(r[0]) * BS,
+                                                 p.in_cols, cta.valid_rows, tid);
+    }
+    // Present weight blocks in core-matrix order; a 16-byte chunk is one core-matrix row.
+    constexpr int kChunksPerRow = BS / 8;
+    constexpr int kChunks = kP * BS * kChunksPerRow;
+#pragma unroll
+    for (int idx = tid; idx < kChunks; idx += Cfg::kThreads) {
+      const int c = idx / (BS * kChunksPerRow);
+      const int r_in = (idx / kChunksPerRow) % BS;
+      const int cc = idx % kChunksPerRow;
+      int block = r[1];
+#pragma unroll
+      for (int k = 1; k < kP; ++k) block = c == k ? r[1 + k] : block;  // no local-memory indexing
+      if (block < 0) continue;
+      const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + r_in * BS + cc * 8;
+      T* dst = ws + c * Cfg::kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 64 + (r_in & 7) * 8;
+      cp_async_16(dst, src, 16);
+    }
+    if (tid == 0) {
+      int mask = 0;
+#pragma unroll
+      for (int k = 0; k < kP; ++k) mask |= (r[1 + k] >= 0 ? 1 : 0) << k;
+      masks[stage] = mask;
+    }
+  };
+
+  Row next;
+#pragma unroll
+  for (int s = 0; s < Cfg::kAhead; ++s) {
+    if (cta.beg + s < cta.end) {
+      fetch_row(cta.beg + s, next);
+      load_stage(s, next);
+    }
+    cp_async_commit();
+  }
+  if (cta.beg + Cfg::kAhead < cta.end) fetch_row(cta.beg + Cfg::kAhead, next);
+
+  // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/8 wide.
+  constexpr uint32_t kCoreRow = BS / 8 * 128;
+  constexpr uint32_t kLbo = TRANS ? 128 : kCoreRow;  // next core matrix along k
+  constexpr uint32_t kSbo = TRANS ? kCoreRow : 128;  // next core matrix along n
+  constexpr int kKStepElems = TRANS ? 2 * 64 : 2 * (BS / 8) * 64;  // 16 k further
+
+  const int row_in_wg = (warp & 3) * 16;  // this warp's 16 rows of each m64 half
+  float acc[2][kP][1][Cfg::kNT][4] = {};
+  int read_stage = 0;
+  int write_stage = Cfg::kAhead;
+  for (int j = cta.beg; j < cta.end; ++j) {
+    const int jn = j + Cfg::kAhead;
+    Row cur;
+#pragma unroll
+    for (int i = 0; i < 1 + kP; ++i) cur[i] = next[i];
+    if (jn + 1 < cta.end) fetch_row(jn + 1, next);
+    cp_async_wait<Cfg::kAhead - 1>();
+    fence_proxy_async();  // this thread's cp.async writes -> visible to wgmma's reads
+    __syncthreads();      // stage j has landed for all; masks[read_stage] is written
+    if (jn < cta.end) load_stage(write_stage, cur);  // its old item's MMAs have retired
+    cp_async_commit();
+
+    const unsigned present = static_cast<unsigned>(masks[read_stage]);  // CTA-uniform
+    const T* xs = smem + read_stage * Cfg::kStageElems;
+    const T* ws = xs + kTN * Cfg::kLdX;
+
+    uint32_t a[2][Cfg::kKSteps][1][4];
+    uint32_t unused[1][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+        load_a_rows<T, 1, 16, false>(a[h][ks], unused, xs, Cfg::kLdX, wg * 128 + h * 64 + row_in_wg,
+                                     ks * 16, lane);
+      }
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < kP; ++c) {
+      if (present & (1u << c)) {
+#pragma unroll
+        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+          const uint64_t desc = wgmma_desc(ws + c * Cfg::kBlockElems + ks * kKStepElems, kLbo, kSbo);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, TRANS ? 0 : 1>(acc[h][c][0], a[h][ks][0], desc);
+        }
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<Cfg::kMmaInFlight>();
+    read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == kStages ? 0 : write_stage + 1;
+  }
+  wgmma_wait<0>();
+
+  // Epilogue, one warpgroup's 128 rows at a time through the drained ring.
+  cp_async_wait<0>();
+  __syncthreads();
+  float* const cs = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (wg == half) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int c = 0; c < kP; ++c) {
+          stage_acc<1, Cfg::kNT, 128>(cs, Cfg::kLdC, h * 64 + row_in_wg, c * BS, acc[h][c], lane);
+        }
+      }
+    }
+    __syncthreads();
+    const int rows = cta.valid_rows - half * 128 < 128 ? cta.valid_rows - half * 128 : 128;
+    for (int c = 0; c < cta.num_cols && rows > 0; ++c) {  // the last group may hold fewer than P columns
+      store_tile<T, 128, BS, Cfg::kThreads, 1>(cs + c * BS, Cfg::kLdC, 0,
+                                              cta.out + static_cast<int64_t>(half) * 128 * p.out_cols + c * BS,
+                                              p.out_cols, rows, tid);
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace jbs
