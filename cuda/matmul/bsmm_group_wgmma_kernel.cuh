@@ -49,12 +49,14 @@ struct GroupWgmmaConfig {
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kStageElems = kTN * kLdX + kP * kBlockElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
-  static constexpr int kStages = cclamp(200 * 1024 / kStageBytes, 3, 6);
-  // The MMAs of one item may still run while the next item's are issued when
-  // there are stages to spare; loads then run kAhead = kStages - 2 items ahead
-  // (the stage being refilled is two items old, and wgmma_wait<1> has retired it).
-  static constexpr int kMmaInFlight = kStages >= 4 ? 1 : 0;
-  static constexpr int kAhead = kStages - 1 - kMmaInFlight;
+  // One CTA per SM: the ring may take most of sm_90's 227 KiB (4 stages at BS 64).
+  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 3, 6);
+  // Loads run kAhead items ahead; the stage refilled at item j held item j - 1,
+  // whose MMAs wgmma_wait<0> retired. (Keeping one item's wgmmas in flight
+  // would need the A fragments double-buffered: the next item's ldmatrix
+  // rewrites registers an in-flight wgmma may still read, which PTX leaves
+  // undefined; ptxas drained the group anyway, so it bought nothing.)
+  static constexpr int kAhead = kStages - 1;
   // Per stage, after the ring: the item's present-column mask (int).
   static constexpr int kMaskOffset = kStages * kStageBytes;
   static constexpr int kLdC = 128 + 8;
@@ -185,11 +187,10 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       }
     }
     wgmma_commit();
-    wgmma_wait<Cfg::kMmaInFlight>();
+    wgmma_wait<0>();
     read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == kStages ? 0 : write_stage + 1;
   }
-  wgmma_wait<0>();
 
   // Epilogue, one warpgroup's 128 rows at a time through the drained ring.
   cp_async_wait<0>();

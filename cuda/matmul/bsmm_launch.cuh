@@ -68,7 +68,8 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
   return p;
 }
 
-// Whether the column-group kernel serves this call. It pays only when each
+// Whether the mma.sync column-group kernel serves this call (the wgmma one,
+// use_group_wgmma below, is asked first). It pays only when each
 // activation tile it loads feeds enough of the group's P columns: fill =
 // (nnz / union items) / P, the mean fraction of column warps with work per
 // item. Measured on an H200 (benchmarks/NOTES.md), 8192^3 matmul: fill ~0.5 at
@@ -76,7 +77,8 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
 // is 4-16% slower; bs 64 (whose one-column tile is already 64 wide) is slower
 // even at 0.67. The implicit-GEMM conv, whose activations sit in L2 anyway,
 // gains only at bs 16 (1.2x at fill 0.5) and loses 22% at bs 32.
-// JBS_GROUPS=0/1 forces it off/on (diagnostics, tests).
+// JBS_GROUPS=0/1 forces it off/on (diagnostics, tests; with JBS_GROUPS=1 on an
+// sm_90 device, 16-bit types take the wgmma kernel unless JBS_WGMMA=0).
 inline int groups_env() {
   // Read at every launch (not cached) so a test can switch paths within one process.
   const char* e = std::getenv("JBS_GROUPS");
@@ -123,7 +125,8 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // 1.52 2% slower. The implicit-GEMM conv, whose gathered activations mostly
 // hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
 // at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
-// JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 on.
+// JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 forces a group
+// kernel: this one where it can run, else the mma.sync one (use_groups).
 inline int wgmma_env() {
   const char* e = std::getenv("JBS_WGMMA");
   return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
