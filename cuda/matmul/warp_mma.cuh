@@ -36,8 +36,7 @@ __device__ __forceinline__ void tf32_parts(float v, uint32_t& big, uint32_t& sma
 // The B side of one k-step: acc[MT][NT] += A * B[k0 : k0+KSTEP, n0 : n0+8*NT] for
 // A fragments already in registers (16-bit k16: the m16n8k16 layout, as ldsm_x4 of
 // a row-major tile gives it; fp32: tf32 values, a_small the low parts when PRECISE).
-// Split out of warp_mma_step so a warp can reuse one A fragment for several B
-// tiles (the column-group kernel multiplies one activation tile by several blocks).
+// warp_mma_step loads A in whichever layout its caller stores and ends here.
 template <typename T, int MT, int NT, int KSTEP, bool B_KMAJOR, bool PRECISE>
 __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
                                              const uint32_t (&a_small)[MT][4], const T* Bs, int ldb,
