@@ -39,13 +39,15 @@ python3 -c "import jbs; print(jbs.backend_info())" | tee -a "$out/gpu.txt"
 
 echo "== tests"
 eval "tests_argv=($tests_args)"  # keeps quoted arguments such as -k "a or b" whole
-(cd "$repo" && python3 -P -m pytest "${tests_argv[@]}" -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -40)
+# (STEP_TIMEOUT seconds at most per step, so that a hung kernel still leaves the logs and the
+# rest of the device call's time)
+(cd "$repo" && timeout "${STEP_TIMEOUT:-3000}" python3 -P -m pytest "${tests_argv[@]}" -p no:cacheprovider 2>&1 | tee "$out/tests.log" | tail -40)
 test_rc=${PIPESTATUS[0]}
 
 if [ $run_bench = 1 ]; then
   echo "== bench"
   eval "bench_argv=($bench_args)"  # keeps quoted arguments such as --only "n == 32" whole
-  (cd /tmp && python3 -m jbs.bench --out "$out" "${bench_argv[@]}" 2>&1 | tee "$out/bench.log" | tail -80)
+  (cd /tmp && timeout "${STEP_TIMEOUT:-3000}" python3 -m jbs.bench --out "$out" "${bench_argv[@]}" 2>&1 | tee "$out/bench.log" | tail -80)
 fi
 if [ $run_sanitize = 1 ]; then
   echo "== compute-sanitizer"
