@@ -5,6 +5,7 @@
 #   scripts/gpu_check.sh [--tests PYTEST_ARGS] [--bench "JBS_BENCH_ARGS"] [--sanitize] [--notebooks]
 # --notebooks runs each notebook in its full (GPU) mode; it needs nbclient, nbformat, ipykernel
 # and matplotlib, installed from wheels carried in .whl/ (the machine has no network).
+# STEP_TIMEOUT=seconds bounds the tests and the benchmark each (default 3000).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$repo/gpu_out}
