@@ -133,8 +133,10 @@ def test_data_parallel_batch_stays_sharded(rng):
     assert sharded[1][0].sharding.spec[0] == "data"
 
 
-# JBS_GROUPS / JBS_WGMMA settings that force each large-N fwd/dx kernel.
-LARGE_N_PATHS = {"one-column": ("0", "0"), "groups-mma-sync": ("1", "0"), "groups-wgmma": ("1", "1")}
+# JBS_GROUPS / JBS_WGMMA / JBS_PACK settings that force each large-N fwd/dx kernel (the wgmma
+# one reads a packed copy of the activation unless JBS_PACK=0).
+LARGE_N_PATHS = {"one-column": ("0", "0", "1"), "groups-mma-sync": ("1", "0", "1"),
+                 "groups-wgmma": ("1", "1", "1"), "groups-wgmma-row-major": ("1", "1", "0")}
 
 
 @pytest.mark.parametrize("path", sorted(LARGE_N_PATHS))
@@ -149,9 +151,10 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
     # so JBS_GROUPS=1 runs the one-column kernel there; fp32 has no wgmma kernel and sm_90
     # alone has one, so "groups-wgmma" runs the mma.sync group kernel elsewhere: the
     # fallbacks are what is tested)
-    groups, wgmma = LARGE_N_PATHS[path]
+    groups, wgmma, pack = LARGE_N_PATHS[path]
     monkeypatch.setenv("JBS_GROUPS", groups)
     monkeypatch.setenv("JBS_WGMMA", wgmma)
+    monkeypatch.setenv("JBS_PACK", pack)
     layout = heavy_column_layout(rng, 11, 13, density=0.5)
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
         bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
@@ -163,3 +166,26 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
         W = dense_f64(bsmm, w)
         assert rel_error(y, f64(x) @ W) < tolerance(dtype, precision)
         assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype, precision)
+
+
+@pytest.mark.parametrize("stacked", ["x", "w", "both"])
+@pytest.mark.parametrize("bs", [16, 64])
+def test_packed_activation_over_weight_groups(rng, monkeypatch, stacked, bs):
+    """The wgmma group kernel under vmap reads the packed copy of a stacked or broadcast
+    activation (one packed group for stacked weights), fwd and dx, over 300 rows (the packed
+    copy's zero-filled rows past the end fill most of the second 256-row tile)."""
+    monkeypatch.setenv("JBS_GROUPS", "1")
+    monkeypatch.setenv("JBS_WGMMA", "1")
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 9, 20, density=0.4), bs)
+    x = random_array(rng, ((3,) if stacked != "w" else ()) + (300, bsmm.shape[0]), jnp.bfloat16)
+    w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, jnp.bfloat16)
+    g = random_array(rng, (3, 300, bsmm.shape[1]), jnp.bfloat16)
+    axes = (0 if stacked != "w" else None, 0 if stacked != "x" else None)
+    y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
+    dx = jax.jit(pullback)(g)[0]
+    for b in range(3):
+        xb = x[b] if stacked != "w" else x
+        W = dense_f64(bsmm, w[b] if stacked != "x" else w)
+        assert rel_error(y[b], f64(xb) @ W) < tolerance(jnp.bfloat16)
+        if stacked != "w":
+            assert rel_error(dx[b], f64(g[b]) @ W.T) < tolerance(jnp.bfloat16)

@@ -147,6 +147,7 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   a.nnz = nnz;
   a.scratch = scratch.untyped_data();
   a.scratch_bytes = static_cast<int64_t>(scratch.size_bytes());
+  a.num_sms = num_sms();
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -44,7 +44,9 @@ struct BsmmBlocksArgs {
   int64_t n_split = 0;
   int64_t nnz = 0;  // items in the tables
   // Scratch result (fp32): groups * n_split int counters (padded to 4), then
-  // groups * n_split * row_tile * block_size fp32 partials.
+  // groups * n_split * row_tile * block_size fp32 partials. Large N: room for
+  // the packed activation (matmul/packed_rows.cuh); a smaller scratch means
+  // the kernels read the row-major one.
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
   // Column groups of the large-N path (see bsmm_group_kernel.cuh): group_items
@@ -58,6 +60,7 @@ struct BsmmBlocksArgs {
   // rows are then the row space's pixels. The small-N path is not used.
   bool gathered = false;
   RowGather gather;
+  int num_sms = 132;  // for sizing grid-stride launches
 };
 
 // Arguments of the dw kernel: dw[g, i] = x[g, :, c-block]^T @ dy[g, :, k-block]

@@ -36,6 +36,9 @@ struct GroupParams : FwdDxOperands {
   const int32_t* group_offsets;  // (num_groups + 1)
   const int32_t* group_items;    // (union items, 1 + P)
   int num_groups;                // blockIdx.x = row_tile * num_groups + group
+  // > 0: `in` is the packed copy (matmul/packed_rows.cuh) with this many rows per
+  // group, and in_group_stride is in its elements. 0: `in` is row-major.
+  int64_t packed_rows;
 };
 
 // Where a group-kernel CTA works: blockIdx.x = row tile * num_groups + group,

@@ -19,6 +19,11 @@
 // + c%8. The fwd reads a block as B(k = r, n = c), N-major; the dx as
 // B(k = c, n = r), K-major: one layout, two descriptors.
 //
+// PACKED: the activation is the packed copy of matmul/packed_rows.cuh, so an
+// item's tile is one contiguous run already in A-register order (whole L2
+// lines instead of one 32..128-byte row per line). Otherwise it is read
+// row-major and its fragments with ldmatrix.
+//
 // Items are processed in table order with a fixed assignment of rows, so the
 // result is bitwise deterministic. GATHER: as bsmm_blocks_kernel.
 #pragma once
@@ -32,25 +37,28 @@
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
 #include "matmul/bsmm_group_kernel.cuh"   // GroupParams
+#include "matmul/packed_rows.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
 
 namespace jbs {
 
-template <typename T, int BS>
+template <typename T, int BS, bool PACKED>
 struct GroupWgmmaConfig {
   static_assert(kIs16Bit<T> && BS >= 16, "wgmma group kernel: 16-bit types, blocks of 16..64");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
+  static_assert(kTN == kPackRowTile, "a packed row tile is one contiguous run");
   static constexpr int kThreads = 256;  // two warpgroups of 128 rows each
   static constexpr int kNT = BS / 8;
   static constexpr int kKSteps = BS / 16;
-  static constexpr int kLdX = BlocksConfig<T, BS, false, 128>::kLdX;  // ldmatrix-friendly rows
+  // Row-major tiles get ldmatrix-friendly padded rows; packed ones are stored as loaded.
+  static constexpr int kLdX = PACKED ? BS : BlocksConfig<T, BS, false, 128>::kLdX;
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kStageElems = kTN * kLdX + kP * kBlockElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   // One CTA per SM: the ring may take most of sm_90's 227 KiB (4 stages at BS 64).
-  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 3, 6);
+  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 3, PACKED ? 8 : 6);
   // Loads run kAhead items ahead; the stage refilled at item j held item j - 1,
   // whose MMAs wgmma_wait<0> retired. (Keeping one item's wgmmas in flight
   // would need the A fragments double-buffered: the next item's ldmatrix
@@ -66,9 +74,10 @@ struct GroupWgmmaConfig {
   static_assert(kStageBytes % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
 };
 
-template <typename T, int BS, bool TRANS, bool GATHER>
+template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
 __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupParams p) {
-  using Cfg = GroupWgmmaConfig<T, BS>;
+  static_assert(!(GATHER && PACKED), "a gathered (conv) activation is not packed");
+  using Cfg = GroupWgmmaConfig<T, BS, PACKED>;
   constexpr int kP = Cfg::kP;
   constexpr int kStages = Cfg::kStages;
   constexpr int kTN = Cfg::kTN;
@@ -99,6 +108,11 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     T* ws = xs + kTN * Cfg::kLdX;
     if constexpr (GATHER) {
       gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, r[0], tid);
+    } else if constexpr (PACKED) {
+      // One contiguous run of kTN * BS elements, zero-padded past the last row.
+      const T* src = cta.in_group + (static_cast<int64_t>(r[0]) * p.packed_rows + cta.n0) * BS;
+#pragma unroll
+      for (int idx = tid; idx < kTN * BS / 8; idx += Cfg::kThreads) cp_async_16(xs + idx * 8, src + idx * 8, 16);
     } else {
       load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(r[0]) * BS,
                                                  p.in_cols, cta.valid_rows, tid);
@@ -170,8 +184,16 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-        load_a_rows<T, 1, 16, false>(a[h][ks], unused, xs, Cfg::kLdX, wg * 128 + h * 64 + row_in_wg,
-                                     ks * 16, lane);
+        const int m0 = wg * 128 + h * 64 + row_in_wg;
+        if constexpr (PACKED) {  // the fragment as stored: one conflict-free 16-byte load per lane
+          const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * 512 + lane * 8);
+          a[h][ks][0][0] = v.x;
+          a[h][ks][0][1] = v.y;
+          a[h][ks][0][2] = v.z;
+          a[h][ks][0][3] = v.w;
+        } else {
+          load_a_rows<T, 1, 16, false>(a[h][ks], unused, xs, Cfg::kLdX, m0, ks * 16, lane);
+        }
       }
     }
     wgmma_fence();

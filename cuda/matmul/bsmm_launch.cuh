@@ -15,6 +15,7 @@
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
+#include "matmul/packed_rows.cuh"
 
 namespace jbs {
 
@@ -65,6 +66,7 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
   p.group_offsets = a.group_offsets;
   p.group_items = a.group_items;
   p.num_groups = static_cast<int>(a.num_groups);
+  p.packed_rows = 0;
   return p;
 }
 
@@ -156,14 +158,42 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
   return false;
 }
 
+// Whether the wgmma group kernel reads a packed copy of the activation
+// (matmul/packed_rows.cuh), made first by a copy kernel into the scratch
+// result: whenever the lowering sized the scratch for it (jbs/_src/lowering.py)
+// and the activation is a plain matrix. JBS_PACK=0 reads the row-major one
+// (diagnostics, tests).
+inline bool use_packed_rows(const BsmmBlocksArgs& a) {
+  const char* e = std::getenv("JBS_PACK");
+  if (e != nullptr && e[0] == '0') return false;
+  const int64_t in_groups = a.in_group_stride == 0 ? 1 : a.groups;
+  return !a.gathered && a.scratch != nullptr &&
+         a.scratch_bytes >= packed_bytes_host(in_groups, a.rows, a.in_cols);
+}
+
 template <typename T, int BS, bool TRANS, bool GATHER>
 cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if constexpr (kIs16Bit<T> && BS >= 16) {
-    using Cfg = GroupWgmmaConfig<T, BS>;
-    const GroupParams p = group_params(a);
-    const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
+    GroupParams p = group_params(a);
+    const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
-    return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, GATHER>, grid, dim3(Cfg::kThreads),
+    if constexpr (!GATHER) {
+      if (use_packed_rows(a)) {
+        const int64_t in_groups = a.in_group_stride == 0 ? 1 : a.groups;
+        T* packed = static_cast<T*>(a.scratch);
+        cudaError_t err = launch_pack_rows<T, BS>(static_cast<const T*>(a.in), packed, in_groups, a.rows,
+                                                  a.in_cols, a.num_sms, stream);
+        if (err != cudaSuccess) return err;
+        p.in = packed;
+        p.packed_rows = packed_rows_host(a.rows);
+        p.in_group_stride = a.in_group_stride == 0 ? 0 : p.packed_rows * a.in_cols;
+        using Cfg = GroupWgmmaConfig<T, BS, true>;
+        return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, false, true>, grid,
+                             dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+      }
+    }
+    using Cfg = GroupWgmmaConfig<T, BS, false>;
+    return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, GATHER, false>, grid, dim3(Cfg::kThreads),
                          Cfg::kSmemBytes, stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_group_wgmma() is false for these

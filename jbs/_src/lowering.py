@@ -43,6 +43,21 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
     return counters + groups * n_split * _STREAM_MAX_ROWS * bs
 
 
+# Large-N path: the wgmma group kernel first copies the activation into the scratch result,
+# packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
+# packed_bytes_host). 16-bit types and blocks of 16 or more only; a GPU without that kernel
+# leaves the room unused (XLA only reserves it).
+_PACK_ROW_TILE = 256
+
+
+def _packed_scratch_floats(a, block_size: int) -> int:
+    """float32 elements that hold the packed copy of activation ``a`` (G or 1, N, C), or 0."""
+    if a.dtype.itemsize != 2 or block_size < 16 or a.shape[1] <= _STREAM_MAX_ROWS:
+        return 0
+    rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
+    return a.shape[0] * rows * a.shape[2] * 2 // 4
+
+
 def _reference_rule(reference_fn):
     def fn(a, b, *tables, precision, conv=None):
         if conv is not None:  # build the im2col matrix that the CUDA kernels only gather
@@ -58,9 +73,10 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
         results = [jax.ShapeDtypeStruct((groups, tables[0].shape[0], block_size, block_size), a.dtype)]
     else:
         offsets, splits = tables[0], tables[3]
+        scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size),
+                      _packed_scratch_floats(a, block_size))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
-                   jax.ShapeDtypeStruct((_stream_scratch_floats(groups, splits.shape[0] - 1, block_size),),
-                                        np.float32)]
+                   jax.ShapeDtypeStruct((scratch,), np.float32)]
     outs = jax.ffi.ffi_call(target, results)(a, b, *tables, block_size=np.int32(block_size),
                                              precision=np.int32(precision))
     return outs[0]
