@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
         const int m0 = wg * 128 + h * 64 + row_in_wg;
         if constexpr (PACKED) {  // the fragment as stored: one conflict-free 16-byte load per lane
-          const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * 512 + lane * 8);
+          const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * kFragmentElems + lane * 8);
           a[h][ks][0][0] = v.x;
           a[h][ks][0][1] = v.y;
           a[h][ks][0][2] = v.z;

@@ -13,7 +13,7 @@
 // Layout, per input group g (rows padded with zeros to a multiple of
 // kPackRowTile, R of them):
 //   packed[g][cb][r / 16][k / 16][frag]   for element (r, cb * BS + k)
-// where frag (512 elements) is one 16 x 16 tile in mma.sync m16n8k16 A order:
+// where frag (kFragmentElems = 256 elements, 512 bytes) is one 16 x 16 tile in mma.sync m16n8k16 A order:
 // lane = (r % 8) * 4 + (k % 8) / 2 holds 8 consecutive elements,
 // register j = ((k % 16) / 8) * 2 + (r % 16) / 8, element k % 2. One 16-byte
 // load per lane gives a warp the four A registers of a 16-row k-step (the
@@ -28,6 +28,7 @@
 namespace jbs {
 
 inline constexpr int64_t kPackRowTile = 256;  // the wgmma group kernel's row tile
+inline constexpr int kFragmentElems = 16 * 16;
 
 inline int64_t packed_rows_host(int64_t rows) { return (rows + kPackRowTile - 1) / kPackRowTile * kPackRowTile; }
 
