@@ -65,6 +65,8 @@ struct GroupWgmmaConfig {
   // rewrites registers an in-flight wgmma may still read, which PTX leaves
   // undefined; ptxas drained the group anyway, so it bought nothing.)
   static constexpr int kAhead = kStages - 1;
+  // Table rows travel kRowsAhead items before their stage's loads (registers: 1 + kP each).
+  static constexpr int kRowsAhead = 4;
   // Per stage, after the ring: the item's present-column mask (int).
   static constexpr int kMaskOffset = kStages * kStageBytes;
   static constexpr int kLdC = 128 + 8;
@@ -94,9 +96,10 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   GatheredTile<T, kTN, BS, Cfg::kThreads> gathered;
   if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
 
-  // Table rows are read one iteration before their loads are issued, so that the
-  // global-load latency of the indices is off the issue path (it cost ~1000
-  // cycles per item when read in place, benchmarks/NOTES.md session 4).
+  // Table rows are read kRowsAhead iterations before their loads are issued, so
+  // that the global-load latency of the indices is off the issue path: read in
+  // place it cost ~1000 cycles per item (benchmarks/NOTES.md session 4), and one
+  // iteration ahead still bounded an item by that latency (session 6).
   int* const masks = reinterpret_cast<int*>(smem_raw + Cfg::kMaskOffset);
   using Row = int32_t[1 + kP];
   auto fetch_row = [&](int j, Row& r) {
@@ -141,16 +144,24 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     }
   };
 
-  Row next;
+  {
+    Row first;
 #pragma unroll
-  for (int s = 0; s < Cfg::kAhead; ++s) {
-    if (cta.beg + s < cta.end) {
-      fetch_row(cta.beg + s, next);
-      load_stage(s, next);
+    for (int s = 0; s < Cfg::kAhead; ++s) {
+      if (cta.beg + s < cta.end) {
+        fetch_row(cta.beg + s, first);
+        load_stage(s, first);
+      }
+      cp_async_commit();
     }
-    cp_async_commit();
   }
-  if (cta.beg + Cfg::kAhead < cta.end) fetch_row(cta.beg + Cfg::kAhead, next);
+  // queue[d]: the row of item j + kAhead + d (a register queue: indices are compile-time)
+  constexpr int kRowsAhead = Cfg::kRowsAhead;
+  Row queue[kRowsAhead];
+#pragma unroll
+  for (int d = 0; d < kRowsAhead; ++d) {
+    if (cta.beg + Cfg::kAhead + d < cta.end) fetch_row(cta.beg + Cfg::kAhead + d, queue[d]);
+  }
 
   // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/8 wide.
   constexpr uint32_t kCoreRow = BS / 8 * 128;
@@ -166,8 +177,13 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     const int jn = j + Cfg::kAhead;
     Row cur;
 #pragma unroll
-    for (int i = 0; i < 1 + kP; ++i) cur[i] = next[i];
-    if (jn + 1 < cta.end) fetch_row(jn + 1, next);
+    for (int i = 0; i < 1 + kP; ++i) cur[i] = queue[0][i];
+#pragma unroll
+    for (int d = 0; d + 1 < kRowsAhead; ++d) {
+#pragma unroll
+      for (int i = 0; i < 1 + kP; ++i) queue[d][i] = queue[d + 1][i];
+    }
+    if (jn + kRowsAhead < cta.end) fetch_row(jn + kRowsAhead, queue[kRowsAhead - 1]);
     cp_async_wait<Cfg::kAhead - 1>();
     fence_proxy_async();  // this thread's cp.async writes -> visible to wgmma's reads
     __syncthreads();      // stage j has landed for all; masks[read_stage] is written
