@@ -55,25 +55,29 @@ struct GroupWgmmaConfig {
   // Row-major tiles get ldmatrix-friendly padded rows; packed ones are stored as loaded.
   static constexpr int kLdX = PACKED ? BS : BlocksConfig<T, BS, false, 128>::kLdX;
   static constexpr int kBlockElems = BS * BS;
-  static constexpr int kStageElems = kTN * kLdX + kP * kBlockElems;
+  // A slot holds one union item: its activation tile, then its P weight blocks.
+  static constexpr int kSlotElems = kTN * kLdX + kP * kBlockElems;
+  // Union items per stage (= per barrier): small blocks make small items, whose
+  // fixed cost per iteration dominated (session 6); 32 A registers either way.
+  static constexpr int kItems = BS == 16 ? 4 : (BS == 32 ? 2 : 1);
+  static constexpr int kStageElems = kItems * kSlotElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
-  // One CTA per SM: the ring may take most of sm_90's 227 KiB (4 stages at BS 64).
-  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 3, PACKED ? 8 : 6);
-  // Loads run kAhead items ahead; the stage refilled at item j held item j - 1,
-  // whose MMAs wgmma_wait<0> retired. (Keeping one item's wgmmas in flight
-  // would need the A fragments double-buffered: the next item's ldmatrix
-  // rewrites registers an in-flight wgmma may still read, which PTX leaves
-  // undefined; ptxas drained the group anyway, so it bought nothing.)
+  // One CTA per SM: the ring may take most of sm_90's 227 KiB.
+  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 3, 8);
+  static_assert(kStages * kStageBytes <= 216 * 1024, "the ring must fit in shared memory");
+  // Loads run kAhead stages ahead; the stage refilled at iteration i held
+  // iteration i - 1, whose MMAs wgmma_wait<0> retired. (Keeping one stage's
+  // wgmmas in flight would need the A fragments double-buffered: the next
+  // stage's fragment loads rewrite registers an in-flight wgmma may read, which PTX
+  // leaves undefined; ptxas drained the group anyway, so it bought nothing.)
   static constexpr int kAhead = kStages - 1;
-  // Table rows travel kRowsAhead items before their stage's loads (registers: 1 + kP each).
-  static constexpr int kRowsAhead = 4;
-  // Per stage, after the ring: the item's present-column mask (int).
+  // Per stage and slot, after the ring: the item's present-column mask (int).
   static constexpr int kMaskOffset = kStages * kStageBytes;
   static constexpr int kLdC = 128 + 8;
   static constexpr int kEpilogueBytes = 128 * kLdC * 4;  // one warpgroup's rows at a time
-  static constexpr int kSmemBytes = cmax(kMaskOffset + 16 * 4, kEpilogueBytes);
+  static constexpr int kSmemBytes = cmax(kMaskOffset + kStages * kItems * 4, kEpilogueBytes);
   // wgmma descriptors address 16-byte units; keep every block on a core-matrix (128 B) boundary.
-  static_assert(kStageBytes % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
+  static_assert(kSlotElems * sizeof(T) % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
 };
 
 template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
@@ -96,29 +100,40 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   GatheredTile<T, kTN, BS, Cfg::kThreads> gathered;
   if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
 
-  // Table rows are read kRowsAhead iterations before their loads are issued, so
-  // that the global-load latency of the indices is off the issue path: read in
-  // place it cost ~1000 cycles per item (benchmarks/NOTES.md session 4), and one
-  // iteration ahead still bounded an item by that latency (session 6).
-  int* const masks = reinterpret_cast<int*>(smem_raw + Cfg::kMaskOffset);
-  using Row = int32_t[1 + kP];
-  auto fetch_row = [&](int j, Row& r) {
+  // An iteration takes kItems union items (one stage): the barrier, the wait for
+  // the wgmmas and the loop overhead are paid once per stage, not per item
+  // (benchmarks/NOTES.md, session 6). The table rows of the stage to load next
+  // are read one iteration ahead, so their global-load latency is off the issue
+  // path (read in place it cost ~1000 cycles per item, session 4). A slot past
+  // the group's last item has input -1: nothing is loaded and its mask is 0.
+  constexpr int kItems = Cfg::kItems;
+  int* const masks = reinterpret_cast<int*>(smem_raw + Cfg::kMaskOffset);  // [stage][slot]
+  using Rows = int32_t[kItems][1 + kP];
+  const int iterations = (cta.end - cta.beg + kItems - 1) / kItems;
+  auto fetch_rows = [&](int it, Rows& r) {
 #pragma unroll
-    for (int i = 0; i < 1 + kP; ++i) r[i] = __ldg(items + static_cast<int64_t>(j) * (1 + kP) + i);
+    for (int u = 0; u < kItems; ++u) {
+      const int j = cta.beg + it * kItems + u;
+#pragma unroll
+      for (int i = 0; i < 1 + kP; ++i) {
+        r[u][i] = j < cta.end ? __ldg(items + static_cast<int64_t>(j) * (1 + kP) + i) : -1;
+      }
+    }
   };
-  auto load_stage = [&](int stage, const Row& r) {
-    T* xs = smem + stage * Cfg::kStageElems;
+  auto load_slot = [&](T* xs, const int32_t (&r)[1 + kP]) {
     T* ws = xs + kTN * Cfg::kLdX;
-    if constexpr (GATHER) {
-      gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, r[0], tid);
-    } else if constexpr (PACKED) {
-      // One contiguous run of kTN * BS elements, zero-padded past the last row.
-      const T* src = cta.in_group + (static_cast<int64_t>(r[0]) * p.packed_rows + cta.n0) * BS;
+    if (r[0] >= 0) {
+      if constexpr (GATHER) {
+        gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, r[0], tid);
+      } else if constexpr (PACKED) {
+        // One contiguous run of kTN * BS elements, zero-padded past the last row.
+        const T* src = cta.in_group + (static_cast<int64_t>(r[0]) * p.packed_rows + cta.n0) * BS;
 #pragma unroll
-      for (int idx = tid; idx < kTN * BS / 8; idx += Cfg::kThreads) cp_async_16(xs + idx * 8, src + idx * 8, 16);
-    } else {
-      load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(r[0]) * BS,
-                                                 p.in_cols, cta.valid_rows, tid);
+        for (int idx = tid; idx < kTN * BS / 8; idx += Cfg::kThreads) cp_async_16(xs + idx * 8, src + idx * 8, 16);
+      } else {
+        load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(r[0]) * BS,
+                                                   p.in_cols, cta.valid_rows, tid);
+      }
     }
     // Present weight blocks in core-matrix order; a 16-byte chunk is one core-matrix row.
     constexpr int kChunksPerRow = BS / 8;
@@ -136,32 +151,31 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       T* dst = ws + c * Cfg::kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 64 + (r_in & 7) * 8;
       cp_async_16(dst, src, 16);
     }
-    if (tid == 0) {
-      int mask = 0;
+  };
+  auto load_stage = [&](int stage, const Rows& r) {
 #pragma unroll
-      for (int k = 0; k < kP; ++k) mask |= (r[1 + k] >= 0 ? 1 : 0) << k;
-      masks[stage] = mask;
+    for (int u = 0; u < kItems; ++u) load_slot(smem + stage * Cfg::kStageElems + u * Cfg::kSlotElems, r[u]);
+    if (tid == 0) {
+#pragma unroll
+      for (int u = 0; u < kItems; ++u) {
+        int mask = 0;
+#pragma unroll
+        for (int k = 0; k < kP; ++k) mask |= (r[u][1 + k] >= 0 ? 1 : 0) << k;
+        masks[stage * kItems + u] = mask;
+      }
     }
   };
 
-  {
-    Row first;
+  Rows rows;
 #pragma unroll
-    for (int s = 0; s < Cfg::kAhead; ++s) {
-      if (cta.beg + s < cta.end) {
-        fetch_row(cta.beg + s, first);
-        load_stage(s, first);
-      }
-      cp_async_commit();
+  for (int s = 0; s < Cfg::kAhead; ++s) {
+    if (s < iterations) {
+      fetch_rows(s, rows);
+      load_stage(s, rows);
     }
+    cp_async_commit();
   }
-  // queue[d]: the row of item j + kAhead + d (a register queue: indices are compile-time)
-  constexpr int kRowsAhead = Cfg::kRowsAhead;
-  Row queue[kRowsAhead];
-#pragma unroll
-  for (int d = 0; d < kRowsAhead; ++d) {
-    if (cta.beg + Cfg::kAhead + d < cta.end) fetch_row(cta.beg + Cfg::kAhead + d, queue[d]);
-  }
+  if (Cfg::kAhead < iterations) fetch_rows(Cfg::kAhead, rows);
 
   // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/8 wide.
   constexpr uint32_t kCoreRow = BS / 8 * 128;
@@ -173,54 +187,55 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   float acc[2][kP][1][Cfg::kNT][4] = {};
   int read_stage = 0;
   int write_stage = Cfg::kAhead;
-  for (int j = cta.beg; j < cta.end; ++j) {
-    const int jn = j + Cfg::kAhead;
-    Row cur;
-#pragma unroll
-    for (int i = 0; i < 1 + kP; ++i) cur[i] = queue[0][i];
-#pragma unroll
-    for (int d = 0; d + 1 < kRowsAhead; ++d) {
-#pragma unroll
-      for (int i = 0; i < 1 + kP; ++i) queue[d][i] = queue[d + 1][i];
-    }
-    if (jn + kRowsAhead < cta.end) fetch_row(jn + kRowsAhead, queue[kRowsAhead - 1]);
+  for (int it = 0; it < iterations; ++it) {
+    const int it_next = it + Cfg::kAhead;
     cp_async_wait<Cfg::kAhead - 1>();
     fence_proxy_async();  // this thread's cp.async writes -> visible to wgmma's reads
-    __syncthreads();      // stage j has landed for all; masks[read_stage] is written
-    if (jn < cta.end) load_stage(write_stage, cur);  // its old item's MMAs have retired
+    __syncthreads();      // stage `it` has landed for all; its masks are written
+    if (it_next < iterations) {
+      load_stage(write_stage, rows);  // the stage's old items' MMAs have retired
+      if (it_next + 1 < iterations) fetch_rows(it_next + 1, rows);
+    }
     cp_async_commit();
 
-    const unsigned present = static_cast<unsigned>(masks[read_stage]);  // CTA-uniform
-    const T* xs = smem + read_stage * Cfg::kStageElems;
-    const T* ws = xs + kTN * Cfg::kLdX;
-
-    uint32_t a[2][Cfg::kKSteps][1][4];
+    // Every slot's A fragments first: a wgmma in flight may still read the
+    // registers of its own slot, so no slot's are rewritten before the wait.
+    uint32_t a[kItems][2][Cfg::kKSteps][1][4];
     uint32_t unused[1][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int u = 0; u < kItems; ++u) {
+      const T* xs = smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems;
 #pragma unroll
-      for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-        const int m0 = wg * 128 + h * 64 + row_in_wg;
-        if constexpr (PACKED) {  // the fragment as stored: one conflict-free 16-byte load per lane
-          const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * kFragmentElems + lane * 8);
-          a[h][ks][0][0] = v.x;
-          a[h][ks][0][1] = v.y;
-          a[h][ks][0][2] = v.z;
-          a[h][ks][0][3] = v.w;
-        } else {
-          load_a_rows<T, 1, 16, false>(a[h][ks], unused, xs, Cfg::kLdX, m0, ks * 16, lane);
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+          const int m0 = wg * 128 + h * 64 + row_in_wg;
+          if constexpr (PACKED) {  // the fragment as stored: one conflict-free 16-byte load per lane
+            const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * kFragmentElems + lane * 8);
+            a[u][h][ks][0][0] = v.x;
+            a[u][h][ks][0][1] = v.y;
+            a[u][h][ks][0][2] = v.z;
+            a[u][h][ks][0][3] = v.w;
+          } else {
+            load_a_rows<T, 1, 16, false>(a[u][h][ks], unused, xs, Cfg::kLdX, m0, ks * 16, lane);
+          }
         }
       }
     }
     wgmma_fence();
 #pragma unroll
-    for (int c = 0; c < kP; ++c) {
-      if (present & (1u << c)) {
+    for (int u = 0; u < kItems; ++u) {
+      const unsigned present = static_cast<unsigned>(masks[read_stage * kItems + u]);  // CTA-uniform
+      const T* ws = smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems + kTN * Cfg::kLdX;
 #pragma unroll
-        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-          const uint64_t desc = wgmma_desc(ws + c * Cfg::kBlockElems + ks * kKStepElems, kLbo, kSbo);
+      for (int c = 0; c < kP; ++c) {
+        if (present & (1u << c)) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, TRANS ? 0 : 1>(acc[h][c][0], a[h][ks][0], desc);
+          for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+            const uint64_t desc = wgmma_desc(ws + c * Cfg::kBlockElems + ks * kKStepElems, kLbo, kSbo);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, TRANS ? 0 : 1>(acc[h][c][0], a[u][h][ks][0], desc);
+          }
         }
       }
     }
