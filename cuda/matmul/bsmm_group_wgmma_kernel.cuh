@@ -71,11 +71,15 @@ struct GroupWgmmaConfig {
   // stage's fragment loads rewrite registers an in-flight wgmma may read, which PTX
   // leaves undefined; ptxas drained the group anyway, so it bought nothing.)
   static constexpr int kAhead = kStages - 1;
-  // Per stage and slot, after the ring: the item's present-column mask (int).
+  // Per stage and slot, after the ring: the item's present-column mask (int);
+  // then two stages' table rows (ints).
   static constexpr int kMaskOffset = kStages * kStageBytes;
+  static constexpr int kRowInts = kItems * (1 + kP);
+  static constexpr int kRowsOffset = kMaskOffset + kStages * kItems * 4;
+  static_assert(kRowInts <= kThreads, "one thread per table int");
   static constexpr int kLdC = 128 + 8;
   static constexpr int kEpilogueBytes = 128 * kLdC * 4;  // one warpgroup's rows at a time
-  static constexpr int kSmemBytes = cmax(kMaskOffset + kStages * kItems * 4, kEpilogueBytes);
+  static constexpr int kSmemBytes = cmax(kRowsOffset + 2 * kRowInts * 4, kEpilogueBytes);
   // wgmma descriptors address 16-byte units; keep every block on a core-matrix (128 B) boundary.
   static_assert(kSlotElems * sizeof(T) % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
 };
@@ -101,37 +105,46 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
 
   // An iteration takes kItems union items (one stage): the barrier, the wait for
-  // the wgmmas and the loop overhead are paid once per stage, not per item
-  // (benchmarks/NOTES.md, session 6). The table rows of the stage to load next
-  // are read one iteration ahead, so their global-load latency is off the issue
-  // path (read in place it cost ~1000 cycles per item, session 4). A slot past
-  // the group's last item has input -1: nothing is loaded and its mask is 0.
+  // the wgmmas and the loop overhead are paid once per stage, not per item.
+  //
+  // Table rows reach the loads through shared memory: kRowInts threads each read
+  // one int of the rows of stage `it_next + 2` (__ldg, coalesced) and publish it
+  // one iteration later into a double buffer that every thread reads after the
+  // next barrier. So the global-load latency is off the issue path (read in place
+  // it cost ~1000 cycles per item, benchmarks/NOTES.md session 4), and each
+  // weight chunk finds its block with one broadcast shared load instead of every
+  // thread holding every row in registers (Nsight Compute, session 6: the
+  // kernel was bound by dependent integer instructions, ~210 per warp and item).
+  // A slot past the group's last item has input -1: nothing is loaded, mask 0.
   constexpr int kItems = Cfg::kItems;
-  int* const masks = reinterpret_cast<int*>(smem_raw + Cfg::kMaskOffset);  // [stage][slot]
-  using Rows = int32_t[kItems][1 + kP];
+  constexpr int kRowInts = Cfg::kRowInts;
+  int* const masks = reinterpret_cast<int*>(smem_raw + Cfg::kMaskOffset);    // [stage][slot]
+  int* const row_buf = reinterpret_cast<int*>(smem_raw + Cfg::kRowsOffset);  // [2][slot][1 + kP]
   const int iterations = (cta.end - cta.beg + kItems - 1) / kItems;
-  auto fetch_rows = [&](int it, Rows& r) {
-#pragma unroll
-    for (int u = 0; u < kItems; ++u) {
-      const int j = cta.beg + it * kItems + u;
-#pragma unroll
-      for (int i = 0; i < 1 + kP; ++i) {
-        r[u][i] = j < cta.end ? __ldg(items + static_cast<int64_t>(j) * (1 + kP) + i) : -1;
-      }
+  int prefetched = -1;
+  auto prefetch_rows = [&](int it) {
+    if (tid < kRowInts) {
+      const int j = cta.beg + it * kItems + tid / (1 + kP);
+      prefetched = it < iterations && j < cta.end
+                       ? __ldg(items + static_cast<int64_t>(j) * (1 + kP) + tid % (1 + kP)) : -1;
     }
   };
-  auto load_slot = [&](T* xs, const int32_t (&r)[1 + kP]) {
+  auto publish_rows = [&](int buf) {
+    if (tid < kRowInts) row_buf[buf * kRowInts + tid] = prefetched;
+  };
+  auto load_slot = [&](T* xs, const int* r) {
     T* ws = xs + kTN * Cfg::kLdX;
-    if (r[0] >= 0) {
+    const int input = r[0];
+    if (input >= 0) {
       if constexpr (GATHER) {
-        gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, r[0], tid);
+        gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, input, tid);
       } else if constexpr (PACKED) {
         // One contiguous run of kTN * BS elements, zero-padded past the last row.
-        const T* src = cta.in_group + (static_cast<int64_t>(r[0]) * p.packed_rows + cta.n0) * BS;
+        const T* src = cta.in_group + (static_cast<int64_t>(input) * p.packed_rows + cta.n0) * BS;
 #pragma unroll
         for (int idx = tid; idx < kTN * BS / 8; idx += Cfg::kThreads) cp_async_16(xs + idx * 8, src + idx * 8, 16);
       } else {
-        load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(r[0]) * BS,
+        load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(input) * BS,
                                                    p.in_cols, cta.valid_rows, tid);
       }
     }
@@ -143,39 +156,40 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       const int c = idx / (BS * kChunksPerRow);
       const int r_in = (idx / kChunksPerRow) % BS;
       const int cc = idx % kChunksPerRow;
-      int block = r[1];
-#pragma unroll
-      for (int k = 1; k < kP; ++k) block = c == k ? r[1 + k] : block;  // no local-memory indexing
+      const int block = r[1 + c];
       if (block < 0) continue;
       const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + r_in * BS + cc * 8;
       T* dst = ws + c * Cfg::kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 64 + (r_in & 7) * 8;
       cp_async_16(dst, src, 16);
     }
   };
-  auto load_stage = [&](int stage, const Rows& r) {
+  auto load_stage = [&](int stage, const int* rows) {
 #pragma unroll
-    for (int u = 0; u < kItems; ++u) load_slot(smem + stage * Cfg::kStageElems + u * Cfg::kSlotElems, r[u]);
-    if (tid == 0) {
+    for (int u = 0; u < kItems; ++u) {
+      load_slot(smem + stage * Cfg::kStageElems + u * Cfg::kSlotElems, rows + u * (1 + kP));
+    }
+    if (tid < kItems) {  // thread u: the present-column mask of slot u
+      int mask = 0;
 #pragma unroll
-      for (int u = 0; u < kItems; ++u) {
-        int mask = 0;
-#pragma unroll
-        for (int k = 0; k < kP; ++k) mask |= (r[u][1 + k] >= 0 ? 1 : 0) << k;
-        masks[stage * kItems + u] = mask;
-      }
+      for (int k = 0; k < kP; ++k) mask |= (rows[tid * (1 + kP) + 1 + k] >= 0 ? 1 : 0) << k;
+      masks[stage * kItems + tid] = mask;
     }
   };
 
-  Rows rows;
-#pragma unroll
+#pragma unroll 1
   for (int s = 0; s < Cfg::kAhead; ++s) {
     if (s < iterations) {
-      fetch_rows(s, rows);
-      load_stage(s, rows);
+      prefetch_rows(s);
+      publish_rows(0);
+      __syncthreads();
+      load_stage(s, row_buf);
+      __syncthreads();  // row_buf is rewritten next
     }
     cp_async_commit();
   }
-  if (Cfg::kAhead < iterations) fetch_rows(Cfg::kAhead, rows);
+  prefetch_rows(Cfg::kAhead);
+  publish_rows(0);  // read at iteration 0, after its barrier
+  prefetch_rows(Cfg::kAhead + 1);
 
   // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/8 wide.
   constexpr uint32_t kCoreRow = BS / 8 * 128;
@@ -191,11 +205,10 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     const int it_next = it + Cfg::kAhead;
     cp_async_wait<Cfg::kAhead - 1>();
     fence_proxy_async();  // this thread's cp.async writes -> visible to wgmma's reads
-    __syncthreads();      // stage `it` has landed for all; its masks are written
-    if (it_next < iterations) {
-      load_stage(write_stage, rows);  // the stage's old items' MMAs have retired
-      if (it_next + 1 < iterations) fetch_rows(it_next + 1, rows);
-    }
+    __syncthreads();      // stage `it` has landed for all; its masks and row_buf[it & 1] are written
+    if (it_next < iterations) load_stage(write_stage, row_buf + (it & 1) * kRowInts);  // its old MMAs retired
+    publish_rows((it + 1) & 1);  // last read at iteration it - 1, before this barrier
+    prefetch_rows(it_next + 2);
     cp_async_commit();
 
     // Every slot's A fragments first: a wgmma in flight may still read the
