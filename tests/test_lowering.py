@@ -156,3 +156,25 @@ def test_sharded_cuda_lowering_partitions_each_kernel():
     partitioned_calls = [line for line in result.stdout.splitlines() if "CustomSPMDPartitioning" in line]
     assert len(partitioned_calls) == 3, result.stdout[-3000:]  # fwd, dx and dw
     assert all("sdy.sharding_rule" in line for line in partitioned_calls)
+
+
+def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16):
+    layout = np.array([[1, 0, 1], [1, 1, 0]], bool)
+    bsmm = jbs.BlockSparseMatMul(layout, block_size)
+    fwd = jax.jit(bsmm).trace(jnp.ones((rows, 2 * block_size), dtype), jnp.ones(bsmm.w_shape, dtype))
+    line = custom_call(_with_cuda_rules(lambda: fwd.lower(lowering_platforms=("cuda",)).as_text()),
+                       "jbs_bsmm_fwd")
+    return int(re.search(r"-> \(tensor<[^>]*>, tensor<(\d+)xf32>\)", line).group(1))
+
+
+@pytest.mark.parametrize("block_size,setting,packed", [(32, "", True), (16, "", False), (16, "1", True),
+                                                       (32, "0", False)])
+def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, setting, packed):
+    """The fwd/dx scratch result has room for the packed activation (300 rows padded to 512, 2 *
+    bs columns, bf16) where the wgmma kernel would pack: blocks of 32 or more, or as JBS_PACK
+    says; none for fp32 or small N."""
+    monkeypatch.setenv("JBS_PACK", setting)
+    room = 512 * 2 * block_size * 2 // 4
+    assert (_fwd_scratch_floats(block_size, 300) >= room) == packed
+    assert _fwd_scratch_floats(block_size, 300, jnp.float32) < room
+    assert _fwd_scratch_floats(block_size, 64) < room

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import jax
@@ -45,14 +46,22 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
 
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
-# packed_bytes_host). 16-bit types and blocks of 16 or more only; a GPU without that kernel
-# leaves the room unused (XLA only reserves it).
+# packed_bytes_host; bsmm_launch.cuh: use_packed_rows). 16-bit types, blocks of 32 or more
+# (JBS_PACK=1 also 16, JBS_PACK=0 none: read here when the op is lowered, and by the kernel
+# launch). A GPU without that kernel leaves the room unused (XLA only reserves it).
 _PACK_ROW_TILE = 256
+
+
+def _packs(block_size: int) -> bool:
+    setting = os.environ.get("JBS_PACK", "")
+    if setting:
+        return setting != "0" and block_size >= 16
+    return block_size >= 32
 
 
 def _packed_scratch_floats(a, block_size: int) -> int:
     """float32 elements that hold the packed copy of activation ``a`` (G or 1, N, C), or 0."""
-    if a.dtype.itemsize != 2 or block_size < 16 or a.shape[1] <= _STREAM_MAX_ROWS:
+    if a.dtype.itemsize != 2 or not _packs(block_size) or a.shape[1] <= _STREAM_MAX_ROWS:
         return 0
     rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
     return a.shape[0] * rows * a.shape[2] * 2 // 4
