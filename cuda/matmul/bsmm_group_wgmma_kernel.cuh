@@ -57,8 +57,9 @@ struct GroupWgmmaConfig {
   static constexpr int kBlockElems = BS * BS;
   // A slot holds one union item: its activation tile, then its P weight blocks.
   static constexpr int kSlotElems = kTN * kLdX + kP * kBlockElems;
-  // Union items per stage (= per barrier): small blocks make small items, whose
-  // fixed cost per iteration dominated (session 6); 32 A registers either way.
+  // Union items per stage (= per barrier and wgmma wait); 32 A registers either
+  // way. By itself it moved bs 16 by only +/- 3% (benchmarks/NOTES.md, session 6),
+  // but the final figures were measured with it, so it stays.
   static constexpr int kItems = BS == 16 ? 4 : (BS == 32 ? 2 : 1);
   static constexpr int kStageElems = kItems * kSlotElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
 
   // An iteration takes kItems union items (one stage): the barrier, the wait for
-  // the wgmmas and the loop overhead are paid once per stage, not per item.
+  // the wgmmas and the loop overhead are paid once per stage.
   //
   // Table rows reach the loads through shared memory: kRowInts threads each read
   // one int of the rows of stage `it_next + 2` (__ldg, coalesced) and publish it
