@@ -137,8 +137,10 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(T));
     constexpr int kChunksPerRow = BS / kVec;
     constexpr int kChunks = kP * BS * kChunksPerRow;
+    static_assert(kChunks % Cfg::kThreads == 0, "whole chunks per thread");
 #pragma unroll
-    for (int idx = tid; idx < kChunks; idx += Cfg::kThreads) {
+    for (int k = 0; k < kChunks / Cfg::kThreads; ++k) {  // a compile-time trip count: no generic loop
+      const int idx = tid + k * Cfg::kThreads;
       const int c = idx / (BS * kChunksPerRow);
       const int r = (idx / kChunksPerRow) % BS;
       const int col = (idx % kChunksPerRow) * kVec;

@@ -142,18 +142,26 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       } else if constexpr (PACKED) {
         // One contiguous run of kTN * BS elements, zero-padded past the last row.
         const T* src = cta.in_group + (static_cast<int64_t>(input) * p.packed_rows + cta.n0) * BS;
+        static_assert(kTN * BS / 8 % Cfg::kThreads == 0, "whole 16-byte copies per thread");
 #pragma unroll
-        for (int idx = tid; idx < kTN * BS / 8; idx += Cfg::kThreads) cp_async_16(xs + idx * 8, src + idx * 8, 16);
+        for (int k = 0; k < kTN * BS / 8 / Cfg::kThreads; ++k) {
+          const int idx = tid + k * Cfg::kThreads;
+          cp_async_16(xs + idx * 8, src + idx * 8, 16);
+        }
       } else {
         load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(input) * BS,
                                                    p.in_cols, cta.valid_rows, tid);
       }
     }
     // Present weight blocks in core-matrix order; a 16-byte chunk is one core-matrix row.
+    // (A trip count known at compile time: `idx = tid; idx < kChunks; idx += kThreads`
+    // compiled to a generic loop with its divisions on every item.)
     constexpr int kChunksPerRow = BS / 8;
     constexpr int kChunks = kP * BS * kChunksPerRow;
+    static_assert(kChunks % Cfg::kThreads == 0, "whole chunks per thread");
 #pragma unroll
-    for (int idx = tid; idx < kChunks; idx += Cfg::kThreads) {
+    for (int k = 0; k < kChunks / Cfg::kThreads; ++k) {
+      const int idx = tid + k * Cfg::kThreads;
       const int c = idx / (BS * kChunksPerRow);
       const int r_in = (idx / kChunksPerRow) % BS;
       const int cc = idx % kChunksPerRow;
