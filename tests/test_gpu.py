@@ -176,7 +176,7 @@ def test_packed_activation_over_weight_groups(rng, monkeypatch, stacked, bs):
     copy's zero-filled rows past the end fill most of the second 256-row tile)."""
     monkeypatch.setenv("JBS_GROUPS", "1")
     monkeypatch.setenv("JBS_WGMMA", "1")
-    monkeypatch.setenv("JBS_PACK", "1")  # (by default only bs >= 32 is packed)
+    monkeypatch.setenv("JBS_PACK", "1")
     bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 9, 20, density=0.4), bs)
     x = random_array(rng, ((3,) if stacked != "w" else ()) + (300, bsmm.shape[0]), jnp.bfloat16)
     w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, jnp.bfloat16)

@@ -124,9 +124,9 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // nnz / union items, the blocks per loaded tile. The
 // break-even points below are measured on an H100 (benchmarks/NOTES.md,
 // session 4): matmul 8192^3, bs 64: reuse 1.33 is 1.10x faster, 1.14 even;
-// bs 32: 1.46 is 1.14x faster, 1.21 7% slower (session 6: even); bs 16: 2.22
-// is 1.4x faster, 1.52 2% slower (session 6, several items per stage: 1.17x
-// faster). The implicit-GEMM conv, whose gathered activations mostly
+// bs 32: 1.46 is 1.14x faster, 1.21 7% slower; bs 16: 2.22 is 1.4x faster,
+// 1.52 2% slower. Session 6 (packed activations, leaner item loop): bs 64 1.14
+// 1.06x faster, 1.07 9% slower; bs 32 1.21 1.18x faster; bs 16 1.52 1.48x. The implicit-GEMM conv, whose gathered activations mostly
 // hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
 // at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
 // JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 forces a group
@@ -140,7 +140,7 @@ inline constexpr int64_t kWgmmaMinRows = 512;
 
 inline double min_wgmma_reuse(int bs, bool gathered) {
   if (gathered) return bs == 16 ? 3.0 : 1e9;
-  return bs == 64 ? 1.25 : (bs == 32 ? 1.35 : 1.4);
+  return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
 }
 
 template <typename T, int BS>
@@ -162,11 +162,10 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
 
 // Whether the wgmma group kernel reads a packed copy of the activation
 // (matmul/packed_rows.cuh), made first by a copy kernel into the scratch
-// result. It can when the lowering sized the scratch for it
-// (jbs/_src/lowering.py) and the activation is a plain matrix; it does at
-// bs >= 32, where it measured 1.03-1.15x faster copy included (H100, 8192^3,
-// benchmarks/NOTES.md session 6); at bs 16 the copy cost more than it saved.
-// JBS_PACK=0/1 forces it off/on where it can run (diagnostics, tests).
+// result, whenever the lowering sized the scratch for it (jbs/_src/lowering.py)
+// and the activation is a plain matrix: 1.04-1.35x faster, copy included
+// (H100, 8192^3, benchmarks/NOTES.md session 6, call 10). JBS_PACK=0 reads the
+// row-major activation (diagnostics, tests).
 inline int pack_env() {
   const char* e = std::getenv("JBS_PACK");
   return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
@@ -176,7 +175,7 @@ inline bool use_packed_rows(const BsmmBlocksArgs& a) {
   const int64_t in_groups = a.in_group_stride == 0 ? 1 : a.groups;
   const bool can = !a.gathered && a.scratch != nullptr &&
                    a.scratch_bytes >= packed_bytes_host(in_groups, a.rows, a.in_cols);
-  return can && (pack_env() >= 0 ? pack_env() == 1 : a.block_size >= 32);
+  return can && pack_env() != 0;
 }
 
 template <typename T, int BS, bool TRANS, bool GATHER>

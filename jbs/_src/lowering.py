@@ -46,17 +46,14 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
 
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
-# packed_bytes_host; bsmm_launch.cuh: use_packed_rows). 16-bit types, blocks of 32 or more
-# (JBS_PACK=1 also 16, JBS_PACK=0 none: read here when the op is lowered, and by the kernel
-# launch). A GPU without that kernel leaves the room unused (XLA only reserves it).
+# packed_bytes_host; bsmm_launch.cuh: use_packed_rows). 16-bit types, blocks of 16 or more;
+# none with JBS_PACK=0 (read here when the op is lowered, and by the kernel launch). A GPU
+# without that kernel leaves the room unused (XLA only reserves it).
 _PACK_ROW_TILE = 256
 
 
 def _packs(block_size: int) -> bool:
-    setting = os.environ.get("JBS_PACK", "")
-    if setting:
-        return setting != "0" and block_size >= 16
-    return block_size >= 32
+    return os.environ.get("JBS_PACK", "") != "0" and block_size >= 16
 
 
 def _packed_scratch_floats(a, block_size: int) -> int:
