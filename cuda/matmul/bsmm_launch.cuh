@@ -118,15 +118,17 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // sm_90 device, in a build with sm_90a machine code (CMake defines
 // JBS_HAVE_SM90A), for large N (its row tile is 256: below ~512 rows the
 // one-column kernel's 128-row tiles give more CTAs). At bs 64 both kernels are
-// bound by the L2 -> SM feed (Nsight Compute: L2 at 91% of peak), at bs 16 the
-// group kernel by the dependent integer work of each item (session 6), and it
+// bound by the L2 -> SM feed (Nsight Compute: L2 at 91% of peak); at bs 16 the
+// group kernel was bound by the integer work of each item (session 6: copy
+// loops the compiler could not unroll), and it
 // pays only when each activation tile it loads feeds enough blocks: reuse =
 // nnz / union items, the blocks per loaded tile. The
 // break-even points below are measured on an H100 (benchmarks/NOTES.md,
 // session 4): matmul 8192^3, bs 64: reuse 1.33 is 1.10x faster, 1.14 even;
 // bs 32: 1.46 is 1.14x faster, 1.21 7% slower; bs 16: 2.22 is 1.4x faster,
 // 1.52 2% slower. Session 6 (packed activations, leaner item loop): bs 64 1.14
-// 1.06x faster, 1.07 9% slower; bs 32 1.21 1.18x faster; bs 16 1.52 1.48x. The implicit-GEMM conv, whose gathered activations mostly
+// 1.06x faster, 1.07 9% slower; bs 32 1.21 1.18x faster; bs 16 1.52 1.48x.
+// The implicit-GEMM conv, whose gathered activations mostly
 // hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
 // at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
 // JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 forces a group
@@ -166,16 +168,12 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
 // and the activation is a plain matrix: 1.04-1.35x faster, copy included
 // (H100, 8192^3, benchmarks/NOTES.md session 6, call 10). JBS_PACK=0 reads the
 // row-major activation (diagnostics, tests).
-inline int pack_env() {
-  const char* e = std::getenv("JBS_PACK");
-  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
-}
-
 inline bool use_packed_rows(const BsmmBlocksArgs& a) {
+  const char* e = std::getenv("JBS_PACK");
+  if (e != nullptr && e[0] == '0') return false;
   const int64_t in_groups = a.in_group_stride == 0 ? 1 : a.groups;
-  const bool can = !a.gathered && a.scratch != nullptr &&
-                   a.scratch_bytes >= packed_bytes_host(in_groups, a.rows, a.in_cols);
-  return can && pack_env() != 0;
+  return !a.gathered && a.scratch != nullptr &&
+         a.scratch_bytes >= packed_bytes_host(in_groups, a.rows, a.in_cols);
 }
 
 template <typename T, int BS, bool TRANS, bool GATHER>
