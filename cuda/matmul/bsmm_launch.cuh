@@ -168,12 +168,13 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
 // and the activation is a plain matrix: 1.04-1.35x faster, copy included
 // (H100, 8192^3, benchmarks/NOTES.md session 6, call 10). JBS_PACK=0 reads the
 // row-major activation (diagnostics, tests).
+inline int64_t input_groups(const BsmmBlocksArgs& a) { return a.in_group_stride == 0 ? 1 : a.groups; }
+
 inline bool use_packed_rows(const BsmmBlocksArgs& a) {
   const char* e = std::getenv("JBS_PACK");
   if (e != nullptr && e[0] == '0') return false;
-  const int64_t in_groups = a.in_group_stride == 0 ? 1 : a.groups;
   return !a.gathered && a.scratch != nullptr &&
-         a.scratch_bytes >= packed_bytes_host(in_groups, a.rows, a.in_cols);
+         a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols);
 }
 
 template <typename T, int BS, bool TRANS, bool GATHER>
@@ -184,9 +185,8 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
     if constexpr (!GATHER) {
       if (use_packed_rows(a)) {
-        const int64_t in_groups = a.in_group_stride == 0 ? 1 : a.groups;
         T* packed = static_cast<T*>(a.scratch);
-        cudaError_t err = launch_pack_rows<T, BS>(static_cast<const T*>(a.in), packed, in_groups, a.rows,
+        cudaError_t err = launch_pack_rows<T, BS>(static_cast<const T*>(a.in), packed, input_groups(a), a.rows,
                                                   a.in_cols, a.num_sms, stream);
         if (err != cudaSuccess) return err;
         p.in = packed;

@@ -3,18 +3,19 @@
 // operand (16-bit types only).
 //
 // Why: in the row-major activation (G, N, C) the 256 x BS tile of input block
-// cb is 256 rows of 2 * BS bytes, 2 * C bytes apart: at BS = 16 every row is a
-// lone 32-byte sector in its own 128-byte line. Nsight Compute had the L2 73%
-// busy at only 2.2 TB/s on those tiles (benchmarks/NOTES.md, session 4): the
-// request rate, not the bytes, set the group kernel's per-item cost. Packed,
-// the same tile is 256 * BS * 2 contiguous bytes: whole lines, fully coalesced
-// 16-byte copies, and no shared-memory swizzle or padding needed to read it.
+// cb is 256 rows of 2 * BS bytes, 2 * C bytes apart (at BS = 16 each row is a
+// lone 32-byte sector). Packed, the tile is 256 * BS * 2 contiguous bytes:
+// whole lines, a few fully coalesced 16-byte copies per thread, and one
+// conflict-free shared load per A fragment instead of padded rows and ldmatrix.
+// Measured (benchmarks/NOTES.md, session 6): 1.35x / 1.32x / 1.12x faster at
+// bs 16 / 32 / 64, copy included -- but only once the kernel's own loop was
+// lean; the row shape was not what bounded it before.
 //
 // Layout, per input group g (rows padded with zeros to a multiple of
 // kPackRowTile, R of them):
 //   packed[g][cb][r / 16][k / 16][frag]   for element (r, cb * BS + k)
-// where frag (kFragmentElems = 256 elements, 512 bytes) is one 16 x 16 tile in mma.sync m16n8k16 A order:
-// lane = (r % 8) * 4 + (k % 8) / 2 holds 8 consecutive elements,
+// where frag (kFragmentElems = 256 elements, 512 bytes) is one 16 x 16 tile in
+// mma.sync m16n8k16 A order: lane = (r % 8) * 4 + (k % 8) / 2 holds 8 consecutive elements,
 // register j = ((k % 16) / 8) * 2 + (r % 16) / 8, element k % 2. One 16-byte
 // load per lane gives a warp the four A registers of a 16-row k-step (the
 // wgmma RS A operand has the same per-warp layout). Rows r0 .. r0 + 16t of
