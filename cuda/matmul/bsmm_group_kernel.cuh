@@ -39,8 +39,6 @@ struct GroupParams : FwdDxOperands {
   // > 0: `in` is the packed copy (matmul/packed_rows.cuh) with this many rows per
   // group, and in_group_stride is in its elements. 0: `in` is row-major.
   int64_t packed_rows;
-  // wgmma kernel: issue the next stage's loads while this stage's wgmmas run (1) or before them (0).
-  int overlap_loads;
 };
 
 // Where a group-kernel CTA works: blockIdx.x = row tile * num_groups + group,

@@ -215,13 +215,10 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     cp_async_wait<Cfg::kAhead - 1>();
     fence_proxy_async();  // this thread's cp.async writes -> visible to wgmma's reads
     __syncthreads();      // stage `it` has landed for all; its masks and row_buf[it & 1] are written
-    auto issue_loads = [&] {
-      if (it_next < iterations) load_stage(write_stage, row_buf + (it & 1) * kRowInts);  // its old MMAs retired
-      publish_rows((it + 1) & 1);  // last read at iteration it - 1, before this barrier
-      prefetch_rows(it_next + 2);
-      cp_async_commit();
-    };
-    if (!p.overlap_loads) issue_loads();
+    if (it_next < iterations) load_stage(write_stage, row_buf + (it & 1) * kRowInts);  // its old MMAs retired
+    publish_rows((it + 1) & 1);  // last read at iteration it - 1, before this barrier
+    prefetch_rows(it_next + 2);
+    cp_async_commit();
 
     // Every slot's A fragments first: a wgmma in flight may still read the
     // registers of its own slot, so no slot's are rewritten before the wait.
@@ -265,7 +262,6 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       }
     }
     wgmma_commit();
-    if (p.overlap_loads) issue_loads();
     wgmma_wait<0>();
     read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == kStages ? 0 : write_stage + 1;

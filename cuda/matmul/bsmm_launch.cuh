@@ -67,8 +67,6 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
   p.group_items = a.group_items;
   p.num_groups = static_cast<int>(a.num_groups);
   p.packed_rows = 0;
-  const char* overlap = std::getenv("JBS_OVERLAP");  // experiment (session 7): 0 = loads before the wgmmas
-  p.overlap_loads = overlap != nullptr && overlap[0] == '0' ? 0 : 1;
   return p;
 }
 
