@@ -114,7 +114,8 @@ def test_weight_gradient_split_over_rows(rng, dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_conv_with_column_groups(rng, monkeypatch, wgmma, bs, dtype):
     """The implicit-GEMM convolution through the column-group kernels (forced by JBS_GROUPS;
-    JBS_WGMMA picks the wgmma one on sm_90 for bf16, the mma.sync one otherwise)."""
+    JBS_WGMMA picks the wgmma one on sm_90 for bf16 and, as tf32, for fp32 at bs 16/32; the
+    mma.sync one otherwise)."""
     monkeypatch.setenv("JBS_GROUPS", "1")
     monkeypatch.setenv("JBS_WGMMA", wgmma)
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, 3, 11, density=0.6), bs, (2, 3), 2,

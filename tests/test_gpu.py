@@ -148,8 +148,9 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
     layout whose last group is partial, N not a multiple of the row tile (456 rows: the group
     kernel's second 256-row tile fills one 128-row epilogue half and part of the other)."""
     # (fp32 64x64 blocks have no group kernel -- two stages would not fit in shared memory --
-    # so JBS_GROUPS=1 runs the one-column kernel there; fp32 has no wgmma kernel and sm_90
-    # alone has one, so "groups-wgmma" runs the mma.sync group kernel elsewhere: the
+    # so JBS_GROUPS=1 runs the one-column kernel there. fp32 at bs 16/32 takes the wgmma
+    # kernel as tf32 at the default precision and the mma.sync group kernel at HIGHEST; sm_90
+    # alone has wgmma, so "groups-wgmma" runs the mma.sync group kernel elsewhere: the
     # fallbacks are what is tested)
     groups, wgmma, pack = LARGE_N_PATHS[path]
     monkeypatch.setenv("JBS_GROUPS", groups)
@@ -169,24 +170,25 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
 
 
 @pytest.mark.parametrize("stacked", ["x", "w", "both"])
-@pytest.mark.parametrize("bs", [16, 64])
-def test_packed_activation_over_weight_groups(rng, monkeypatch, stacked, bs):
-    """The wgmma group kernel under vmap reads the packed copy of a stacked or broadcast
-    activation (one packed group for stacked weights), fwd and dx, over 300 rows (the packed
-    copy's zero-filled rows past the end fill most of the second 256-row tile)."""
+@pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (64, jnp.bfloat16), (32, jnp.float32)])
+def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
+    """The wgmma group kernel under vmap over a stacked or broadcast activation and weight, fwd
+    and dx, over 300 rows: bf16 reads the packed copy of the activation (one packed group for
+    stacked weights; its zero-filled rows past the end fill most of the second 256-row tile),
+    fp32 (tf32) transposes each weight group's blocks on their way into shared memory."""
     monkeypatch.setenv("JBS_GROUPS", "1")
     monkeypatch.setenv("JBS_WGMMA", "1")
     monkeypatch.setenv("JBS_PACK", "1")
     bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 9, 20, density=0.4), bs)
-    x = random_array(rng, ((3,) if stacked != "w" else ()) + (300, bsmm.shape[0]), jnp.bfloat16)
-    w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, jnp.bfloat16)
-    g = random_array(rng, (3, 300, bsmm.shape[1]), jnp.bfloat16)
+    x = random_array(rng, ((3,) if stacked != "w" else ()) + (300, bsmm.shape[0]), dtype)
+    w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, dtype)
+    g = random_array(rng, (3, 300, bsmm.shape[1]), dtype)
     axes = (0 if stacked != "w" else None, 0 if stacked != "x" else None)
     y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
     dx = jax.jit(pullback)(g)[0]
     for b in range(3):
         xb = x[b] if stacked != "w" else x
         W = dense_f64(bsmm, w[b] if stacked != "x" else w)
-        assert rel_error(y[b], f64(xb) @ W) < tolerance(jnp.bfloat16)
+        assert rel_error(y[b], f64(xb) @ W) < tolerance(dtype)
         if stacked != "w":
-            assert rel_error(dx[b], f64(g[b]) @ W.T) < tolerance(jnp.bfloat16)
+            assert rel_error(dx[b], f64(g[b]) @ W.T) < tolerance(dtype)

@@ -2,16 +2,17 @@
 // from shared memory through a matrix descriptor, fp32 accumulators.
 //
 // Layout contract (PTX ISA, "asynchronous warpgroup level matrix"):
-//  * A (64 x 16 per instruction): warp w of the warpgroup holds rows 16w..16w+15
-//    in exactly the mma.sync m16n8k16 A fragment (ldsm_x4 of a row-major tile,
-//    warp_mma.cuh: load_a_rows).
+//  * A (64 x 16 per instruction, 64 x 8 for tf32): warp w of the warpgroup
+//    holds rows 16w..16w+15 in exactly the mma.sync m16n8k16 (tf32: m16n8k8) A
+//    fragment (ldsm_x4 of a row-major tile, warp_mma.cuh: load_a_rows).
 //  * D (64 x N): warp w's rows 16w.., as N / 8 mma.sync m16n8 accumulator
 //    fragments d[nt][4] (so tile_io.cuh: stage_acc stores them unchanged).
-//  * B (16 x N) in shared memory without swizzle: 8 x 8 "core matrices" of 128
-//    contiguous bytes (8 rows of 16 B); the descriptor gives the byte distance
-//    between core matrices adjacent along K (leading, LBO) and along N (stride,
-//    SBO). TRANS_B = 0: B is K-major (a core matrix row holds 8 k of one n);
-//    TRANS_B = 1: N-major (a row holds 8 n of one k).
+//  * B (16 x N, tf32 8 x N) in shared memory without swizzle: "core matrices"
+//    of 8 rows of 16 B (8 x 8 16-bit values, 8 x 4 fp32), 128 contiguous bytes;
+//    the descriptor gives the byte distance between core matrices adjacent
+//    along K (leading, LBO) and along N (stride, SBO). TRANS_B = 0: B is
+//    K-major (a core matrix row holds 16 B of k of one n); TRANS_B = 1:
+//    N-major (a row holds 8 n of one k; 16-bit types only).
 // Callers issue wgmma_fence() after writing A or D registers and before the
 // MMAs, wgmma_commit() after them and wgmma_wait<0>() before reading D or
 // reusing the shared memory; shared memory written by cp.async must be made
@@ -67,46 +68,58 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 #ifdef JBS_WGMMA_AVAILABLE
-// One m64nNk16 RS wgmma per N (16 / 32 / 64); TY is the operand type's PTX name.
-// The scale-d predicate is set (D += A * B): callers zero D themselves.
-#define JBS_WGMMA_RS_M64N16(TY) \
+// One RS wgmma per N (16 / 32 / 64): INSTR is the shape and types
+// ("m64n16k16.f32.bf16.bf16"), TAIL the transpose operand of B (", %13" etc.)
+// or "" for tf32, which has none (its B is always K-major). The scale-d
+// predicate is set (D += A * B): callers zero D themselves.
+#define JBS_WGMMA_RS_M64N16(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, %13;\n}\n" \
+        "wgmma.mma_async.sync.aligned." INSTR " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B), "r"(1))
 
-#define JBS_WGMMA_RS_M64N32(TY) \
+#define JBS_WGMMA_RS_M64N32(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %21;\n}\n" \
+        "wgmma.mma_async.sync.aligned." INSTR " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B), "r"(1))
 
-#define JBS_WGMMA_RS_M64N64(TY) \
+#define JBS_WGMMA_RS_M64N64(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n" \
+        "wgmma.mma_async.sync.aligned." INSTR " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B), "r"(1))
 #endif
 
-// d += A * B for one m64nNk16 step (see the contract above).
+// d += A * B for one k-step (see the contract above): m64nNk16 for 16-bit
+// types, m64nNk8 for fp32 as tf32 (a: the mma.sync m16n8k8 tf32 A fragment,
+// warp_mma.cuh: load_a_rows; B K-major only, TRANS_B = 0).
 template <typename T, int N, int TRANS_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
   static_assert(N == 16 || N == 32 || N == 64, "wgmma_rs: N of 16, 32 or 64");
 #ifdef JBS_WGMMA_AVAILABLE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  static_assert(kBf16 || std::is_same_v<T, __half>, "wgmma_rs takes bf16 or f16 operands");
+  constexpr bool kTf32 = std::is_same_v<T, float>;
+  static_assert(kBf16 || kTf32 || std::is_same_v<T, __half>, "wgmma_rs takes bf16, f16 or fp32 (tf32) operands");
+  static_assert(!kTf32 || TRANS_B == 0, "tf32 wgmma reads B K-major only");
   if constexpr (N == 16) {
-    if constexpr (kBf16) JBS_WGMMA_RS_M64N16("bf16"); else JBS_WGMMA_RS_M64N16("f16");
+    if constexpr (kBf16) JBS_WGMMA_RS_M64N16("m64n16k16.f32.bf16.bf16", ", %13");
+    else if constexpr (kTf32) JBS_WGMMA_RS_M64N16("m64n16k8.f32.tf32.tf32", "");
+    else JBS_WGMMA_RS_M64N16("m64n16k16.f32.f16.f16", ", %13");
   } else if constexpr (N == 32) {
-    if constexpr (kBf16) JBS_WGMMA_RS_M64N32("bf16"); else JBS_WGMMA_RS_M64N32("f16");
+    if constexpr (kBf16) JBS_WGMMA_RS_M64N32("m64n32k16.f32.bf16.bf16", ", %21");
+    else if constexpr (kTf32) JBS_WGMMA_RS_M64N32("m64n32k8.f32.tf32.tf32", "");
+    else JBS_WGMMA_RS_M64N32("m64n32k16.f32.f16.f16", ", %21");
   } else {
-    if constexpr (kBf16) JBS_WGMMA_RS_M64N64("bf16"); else JBS_WGMMA_RS_M64N64("f16");
+    if constexpr (kBf16) JBS_WGMMA_RS_M64N64("m64n64k16.f32.bf16.bf16", ", %37");
+    else if constexpr (kTf32) JBS_WGMMA_RS_M64N64("m64n64k8.f32.tf32.tf32", "");
+    else JBS_WGMMA_RS_M64N64("m64n64k16.f32.f16.f16", ", %37");
   }
 #else
   __trap();  // unreachable: the launchers pick wgmma kernels only for sm_90a builds on sm_90

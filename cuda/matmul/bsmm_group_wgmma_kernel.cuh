@@ -1,6 +1,7 @@
 // Large-N forward / input-gradient kernel over column groups on Hopper tensor
 // cores (wgmma, sm_90a): CTA = (row tile of 256, group of P = 128 / BS
-// consecutive output block columns, group g), 16-bit types.
+// consecutive output block columns, group g); 16-bit types, and fp32 as tf32
+// (one pass: the default precision; HIGHEST keeps the mma.sync kernels' 3xTF32).
 //
 // Same walk as bsmm_group_kernel (the union of the group's input blocks, one
 // activation tile per item multiplied by every block present for it), with the
@@ -14,10 +15,13 @@
 // warpgroup's wgmma reads each weight block from shared memory once per m64
 // for all four of its warps.
 //
-// Weight blocks sit in shared memory as 8 x 8 core matrices without swizzle
-// (wgmma.cuh): element (r, c) of a block at ((r/8) * BS/8 + c/8) * 64 + (r%8) * 8
-// + c%8. The fwd reads a block as B(k = r, n = c), N-major; the dx as
-// B(k = c, n = r), K-major: one layout, two descriptors.
+// Weight blocks sit in shared memory as core matrices without swizzle
+// (wgmma.cuh), E = 16 / sizeof(T) elements per 16-byte core-matrix row: element
+// (r, c) of a block at ((r/8) * BS/E + c/E) * 8E + (r%8) * E + c%E. The dx reads
+// a block as B(k = c, n = r), K-major. The 16-bit fwd reads the same layout as
+// B(k = r, n = c), N-major: one layout, two descriptors. tf32 has no N-major B,
+// so the fp32 fwd stores each block transposed (element (r, c) where (c, r)
+// would go, by 4-byte copies) and reads it K-major too.
 //
 // PACKED: the activation is the packed copy of matmul/packed_rows.cuh, so an
 // item's tile is one contiguous run already in A-register order (whole L2
@@ -43,15 +47,24 @@
 
 namespace jbs {
 
+// fp32 at bs 64 is left out: a 256-row slot (68 KB of activations and two
+// 16 KB blocks) leaves room for only two stages.
+template <typename T, int BS>
+inline constexpr bool kGroupWgmmaSupported =
+    (kIs16Bit<T> && BS >= 16) || (std::is_same_v<T, float> && (BS == 16 || BS == 32));
+
 template <typename T, int BS, bool PACKED>
 struct GroupWgmmaConfig {
-  static_assert(kIs16Bit<T> && BS >= 16, "wgmma group kernel: 16-bit types, blocks of 16..64");
+  static_assert(kGroupWgmmaSupported<T, BS>, "wgmma group kernel: 16-bit types at bs 16..64, fp32 at bs 16, 32");
+  static_assert(!PACKED || kIs16Bit<T>, "packed activations are 16-bit");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
   static_assert(kTN == kPackRowTile, "a packed row tile is one contiguous run");
   static constexpr int kThreads = 256;  // two warpgroups of 128 rows each
   static constexpr int kNT = BS / 8;
-  static constexpr int kKSteps = BS / 16;
+  static constexpr int kKStep = kIs16Bit<T> ? 16 : 8;  // tf32 wgmmas are k8
+  static constexpr int kKSteps = BS / kKStep;
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(T));  // E: a core-matrix row
   // Row-major tiles get ldmatrix-friendly padded rows; packed ones are stored as loaded.
   static constexpr int kLdX = PACKED ? BS : BlocksConfig<T, BS, false, 128>::kLdX;
   static constexpr int kBlockElems = BS * BS;
@@ -60,7 +73,7 @@ struct GroupWgmmaConfig {
   // Union items per stage (= per barrier and wgmma wait); 32 A registers either
   // way. By itself it moved bs 16 by only +/- 3% (benchmarks/NOTES.md, session 6),
   // but the final figures were measured with it, so it stays.
-  static constexpr int kItems = BS == 16 ? 4 : (BS == 32 ? 2 : 1);
+  static constexpr int kItems = !kIs16Bit<T> ? 1 : (BS == 16 ? 4 : (BS == 32 ? 2 : 1));
   static constexpr int kStageElems = kItems * kSlotElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   // One CTA per SM: the ring may take most of sm_90's 227 KiB.
@@ -100,6 +113,9 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   const int warp = tid >> 5;
   const int wg = warp >> 2;  // warpgroup: rows wg * 128 ..
   const GroupCta<T, BS, kTN, GATHER> cta(p);
+  // How B is read: K-major for the dx and for every tf32 product (see the top).
+  constexpr bool kBKMajor = TRANS || !kIs16Bit<T>;
+  constexpr bool kTransposeW = !TRANS && !kIs16Bit<T>;
   const int32_t* const items = p.group_items;  // row j: [input block, block of column 0..P-1]
 
   GatheredTile<T, kTN, BS, Cfg::kThreads> gathered;
@@ -156,20 +172,44 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     // Present weight blocks in core-matrix order; a 16-byte chunk is one core-matrix row.
     // (A trip count known at compile time: `idx = tid; idx < kChunks; idx += kThreads`
     // compiled to a generic loop with its divisions on every item.)
-    constexpr int kChunksPerRow = BS / 8;
-    constexpr int kChunks = kP * BS * kChunksPerRow;
-    static_assert(kChunks % Cfg::kThreads == 0, "whole chunks per thread");
+    constexpr int kE = Cfg::kChunkElems;
+    constexpr int kChunksPerRow = BS / kE;
+    if constexpr (kTransposeW) {
+      // Element (r, c) goes where (c, r) sits in the layout above. A warp copies 4 rows
+      // x 8 columns: 32 B runs from global, and its 32 stores land in 32 distinct banks.
+      constexpr int kWarpUnits = BS / 4 * (BS / 8);  // per block
+      static_assert(kWarpUnits % (Cfg::kThreads / 32) == 0, "whole units per warp and block");
+      const int row_lo = lane >> 3;
+      const int col_lo = lane & 7;
 #pragma unroll
-    for (int k = 0; k < kChunks / Cfg::kThreads; ++k) {
-      const int idx = tid + k * Cfg::kThreads;
-      const int c = idx / (BS * kChunksPerRow);
-      const int r_in = (idx / kChunksPerRow) % BS;
-      const int cc = idx % kChunksPerRow;
-      const int block = r[1 + c];
-      if (block < 0) continue;
-      const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + r_in * BS + cc * 8;
-      T* dst = ws + c * Cfg::kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 64 + (r_in & 7) * 8;
-      cp_async_16(dst, src, 16);
+      for (int c = 0; c < kP; ++c) {
+        const int block = r[1 + c];
+        if (block < 0) continue;
+        const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + row_lo * BS + col_lo;
+        T* dst = ws + c * Cfg::kBlockElems + col_lo * kE + row_lo;
+#pragma unroll
+        for (int k = 0; k < kWarpUnits / (Cfg::kThreads / 32); ++k) {
+          const int unit = (tid >> 5) + k * (Cfg::kThreads / 32);
+          const int r_hi = unit / (BS / 8);
+          const int c_hi = unit % (BS / 8);
+          cp_async_4(dst + (c_hi * kChunksPerRow + r_hi) * 8 * kE, src + r_hi * 4 * BS + c_hi * 8);
+        }
+      }
+    } else {
+      constexpr int kChunks = kP * BS * kChunksPerRow;
+      static_assert(kChunks % Cfg::kThreads == 0, "whole chunks per thread");
+#pragma unroll
+      for (int k = 0; k < kChunks / Cfg::kThreads; ++k) {
+        const int idx = tid + k * Cfg::kThreads;
+        const int c = idx / (BS * kChunksPerRow);
+        const int r_in = (idx / kChunksPerRow) % BS;
+        const int cc = idx % kChunksPerRow;
+        const int block = r[1 + c];
+        if (block < 0) continue;
+        const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + r_in * BS + cc * kE;
+        T* dst = ws + c * Cfg::kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 8 * kE + (r_in & 7) * kE;
+        cp_async_16(dst, src, 16);
+      }
     }
   };
   auto load_stage = [&](int stage, const int* rows) {
@@ -200,11 +240,12 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   publish_rows(0);  // read at iteration 0, after its barrier
   prefetch_rows(Cfg::kAhead + 1);
 
-  // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/8 wide.
-  constexpr uint32_t kCoreRow = BS / 8 * 128;
-  constexpr uint32_t kLbo = TRANS ? 128 : kCoreRow;  // next core matrix along k
-  constexpr uint32_t kSbo = TRANS ? kCoreRow : 128;  // next core matrix along n
-  constexpr int kKStepElems = TRANS ? 2 * 64 : 2 * (BS / 8) * 64;  // 16 k further
+  // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/E wide.
+  constexpr uint32_t kCoreRow = BS / Cfg::kChunkElems * 128;
+  constexpr uint32_t kLbo = kBKMajor ? 128 : kCoreRow;  // next core matrix along k
+  constexpr uint32_t kSbo = kBKMajor ? kCoreRow : 128;  // next core matrix along n
+  // One k-step further: two core matrices along k (K-major), two rows of them (N-major).
+  constexpr int kKStepElems = kBKMajor ? 2 * 8 * Cfg::kChunkElems : 2 * (BS / 8) * 64;
 
   const int row_in_wg = (warp & 3) * 16;  // this warp's 16 rows of each m64 half
   float acc[2][kP][1][Cfg::kNT][4] = {};
@@ -239,7 +280,7 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
             a[u][h][ks][0][2] = v.z;
             a[u][h][ks][0][3] = v.w;
           } else {
-            load_a_rows<T, 1, 16, false>(a[u][h][ks], unused, xs, Cfg::kLdX, m0, ks * 16, lane);
+            load_a_rows<T, 1, Cfg::kKStep, false>(a[u][h][ks], unused, xs, Cfg::kLdX, m0, ks * Cfg::kKStep, lane);
           }
         }
       }
@@ -256,7 +297,7 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
           for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
             const uint64_t desc = wgmma_desc(ws + c * Cfg::kBlockElems + ks * kKStepElems, kLbo, kSbo);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, TRANS ? 0 : 1>(acc[h][c][0], a[u][h][ks][0], desc);
+            for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, kBKMajor ? 0 : 1>(acc[h][c][0], a[u][h][ks][0], desc);
           }
         }
       }

@@ -148,8 +148,10 @@ inline double min_wgmma_reuse(int bs, bool gathered) {
 template <typename T, int BS>
 bool use_group_wgmma(const BsmmBlocksArgs& a) {
 #ifdef JBS_HAVE_SM90A
-  if constexpr (kIs16Bit<T> && BS >= 16) {
-    if (a.group_items == nullptr || a.group_width != 128 / BS || a.num_group_items <= 0 ||
+  if constexpr (kGroupWgmmaSupported<T, BS>) {
+    // fp32 runs as one tf32 pass; HIGHEST (3xTF32) stays on the mma.sync kernels.
+    if ((std::is_same_v<T, float> && a.precise) || a.group_items == nullptr || a.group_width != 128 / BS ||
+        a.num_group_items <= 0 ||
         (!a.gathered && a.rows <= kStreamMaxRowsHost) || !device_is_sm90() || groups_env() == 0 ||
         wgmma_env() == 0) {
       return false;
@@ -179,11 +181,11 @@ inline bool use_packed_rows(const BsmmBlocksArgs& a) {
 
 template <typename T, int BS, bool TRANS, bool GATHER>
 cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
-  if constexpr (kIs16Bit<T> && BS >= 16) {
+  if constexpr (kGroupWgmmaSupported<T, BS>) {
     GroupParams p = group_params(a);
     const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
-    if constexpr (!GATHER) {
+    if constexpr (!GATHER && kIs16Bit<T>) {
       if (use_packed_rows(a)) {
         T* packed = static_cast<T*>(a.scratch);
         cudaError_t err = launch_pack_rows<T, BS>(static_cast<const T*>(a.in), packed, input_groups(a), a.rows,
