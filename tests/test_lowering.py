@@ -158,9 +158,9 @@ def test_sharded_cuda_lowering_partitions_each_kernel():
     assert all("sdy.sharding_rule" in line for line in partitioned_calls)
 
 
-def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16):
+def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None):
     layout = np.array([[1, 0, 1], [1, 1, 0]], bool)
-    bsmm = jbs.BlockSparseMatMul(layout, block_size)
+    bsmm = jbs.BlockSparseMatMul(layout, block_size, precision=precision)
     fwd = jax.jit(bsmm).trace(jnp.ones((rows, 2 * block_size), dtype), jnp.ones(bsmm.w_shape, dtype))
     line = custom_call(_with_cuda_rules(lambda: fwd.lower(lowering_platforms=("cuda",)).as_text()),
                        "jbs_bsmm_fwd")
@@ -171,10 +171,17 @@ def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16):
                                                        (32, "0", False)])
 def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, setting, packed):
     """The fwd/dx scratch result has room for the packed activation (300 rows padded to 512, 2 *
-    bs columns, bf16) where the wgmma kernel would pack: blocks of 16 or more unless JBS_PACK=0;
-    none for fp32 or small N."""
+    bs columns) where the wgmma kernel would pack: bf16 at blocks of 16 or more, fp32 (as tf32)
+    at blocks of 16 and 32 and the default precision, unless JBS_PACK=0; none for fp32 at
+    HIGHEST (3xTF32 stays on the mma.sync kernels), fp32 at bs 64, or small N."""
     monkeypatch.setenv("JBS_PACK", setting)
     room = 512 * 2 * block_size * 2 // 4
     assert (_fwd_scratch_floats(block_size, 300) >= room) == packed
-    assert _fwd_scratch_floats(block_size, 300, jnp.float32) < room
+    assert (_fwd_scratch_floats(block_size, 300, jnp.float32) >= 2 * room) == packed
+    assert _fwd_scratch_floats(block_size, 300, jnp.float32, "highest") < room
     assert _fwd_scratch_floats(block_size, 64) < room
+
+
+def test_fp32_at_64x64_blocks_reserves_no_packed_copy():
+    """fp32 at bs 64 has no wgmma group kernel (two stages would not fit), so nothing is packed."""
+    assert _fwd_scratch_floats(64, 300, jnp.float32) < 512 * 2 * 64

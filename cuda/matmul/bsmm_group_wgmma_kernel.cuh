@@ -25,8 +25,9 @@
 //
 // PACKED: the activation is the packed copy of matmul/packed_rows.cuh, so an
 // item's tile is one contiguous run already in A-register order (whole L2
-// lines instead of one 32..128-byte row per line). Otherwise it is read
-// row-major and its fragments with ldmatrix.
+// lines instead of one 32..128-byte row per line; fp32 already rounded to
+// tf32). Otherwise it is read row-major and its fragments with ldmatrix (fp32:
+// scalar loads, rounded here).
 //
 // Items are processed in table order with a fixed assignment of rows, so the
 // result is bitwise deterministic. GATHER: as bsmm_blocks_kernel.
@@ -56,7 +57,6 @@ inline constexpr bool kGroupWgmmaSupported =
 template <typename T, int BS, bool PACKED>
 struct GroupWgmmaConfig {
   static_assert(kGroupWgmmaSupported<T, BS>, "wgmma group kernel: 16-bit types at bs 16..64, fp32 at bs 16, 32");
-  static_assert(!PACKED || kIs16Bit<T>, "packed activations are 16-bit");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
   static_assert(kTN == kPackRowTile, "a packed row tile is one contiguous run");
@@ -158,11 +158,12 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
       } else if constexpr (PACKED) {
         // One contiguous run of kTN * BS elements, zero-padded past the last row.
         const T* src = cta.in_group + (static_cast<int64_t>(input) * p.packed_rows + cta.n0) * BS;
-        static_assert(kTN * BS / 8 % Cfg::kThreads == 0, "whole 16-byte copies per thread");
+        constexpr int kE = Cfg::kChunkElems;
+        static_assert(kTN * BS / kE % Cfg::kThreads == 0, "whole 16-byte copies per thread");
 #pragma unroll
-        for (int k = 0; k < kTN * BS / 8 / Cfg::kThreads; ++k) {
+        for (int k = 0; k < kTN * BS / kE / Cfg::kThreads; ++k) {
           const int idx = tid + k * Cfg::kThreads;
-          cp_async_16(xs + idx * 8, src + idx * 8, 16);
+          cp_async_16(xs + idx * kE, src + idx * kE, 16);
         }
       } else {
         load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(input) * BS,
@@ -274,7 +275,8 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
         for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
           const int m0 = wg * 128 + h * 64 + row_in_wg;
           if constexpr (PACKED) {  // the fragment as stored: one conflict-free 16-byte load per lane
-            const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * kFragmentElems + lane * 8);
+            const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * kFragmentElems<T> +
+                                                            lane * Cfg::kChunkElems);
             a[u][h][ks][0][0] = v.x;
             a[u][h][ks][0][1] = v.y;
             a[u][h][ks][0][2] = v.z;

@@ -172,11 +172,11 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
 // row-major activation (diagnostics, tests).
 inline int64_t input_groups(const BsmmBlocksArgs& a) { return a.in_group_stride == 0 ? 1 : a.groups; }
 
-inline bool use_packed_rows(const BsmmBlocksArgs& a) {
+inline bool use_packed_rows(const BsmmBlocksArgs& a, int elem_bytes) {
   const char* e = std::getenv("JBS_PACK");
   if (e != nullptr && e[0] == '0') return false;
   return !a.gathered && a.scratch != nullptr &&
-         a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols);
+         a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols, elem_bytes);
 }
 
 template <typename T, int BS, bool TRANS, bool GATHER>
@@ -185,8 +185,8 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
     GroupParams p = group_params(a);
     const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
-    if constexpr (!GATHER && kIs16Bit<T>) {
-      if (use_packed_rows(a)) {
+    if constexpr (!GATHER) {
+      if (use_packed_rows(a, sizeof(T))) {
         T* packed = static_cast<T*>(a.scratch);
         cudaError_t err = launch_pack_rows<T, BS>(static_cast<const T*>(a.in), packed, input_groups(a), a.rows,
                                                   a.in_cols, a.num_sms, stream);

@@ -10,6 +10,7 @@ import jax
 from jax.interpreters import mlir
 
 from jbs._src import extension, reference, sharding
+from jbs._src import precision as precision_lib
 from jbs._src.primitives import bsmm_dw_p, bsmm_dx_p, bsmm_fwd_p
 from jbs._src.tables import Tables
 
@@ -46,22 +47,27 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
 
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
-# packed_bytes_host; bsmm_launch.cuh: use_packed_rows). 16-bit types, blocks of 16 or more;
+# packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
+# with blocks of 16 or more, fp32 with blocks of 16 or 32 at the default precision (tf32);
 # none with JBS_PACK=0 (read here when the op is lowered, and by the kernel launch). A GPU
 # without that kernel leaves the room unused (XLA only reserves it).
 _PACK_ROW_TILE = 256
 
 
-def _packs(block_size: int) -> bool:
-    return os.environ.get("JBS_PACK", "") != "0" and block_size >= 16
+def _packs(itemsize: int, block_size: int, precision: int) -> bool:
+    if os.environ.get("JBS_PACK", "") == "0":
+        return False
+    if itemsize == 2:
+        return block_size >= 16
+    return block_size in (16, 32) and precision == precision_lib.DEFAULT
 
 
-def _packed_scratch_floats(a, block_size: int) -> int:
+def _packed_scratch_floats(a, block_size: int, precision: int) -> int:
     """float32 elements that hold the packed copy of activation ``a`` (G or 1, N, C), or 0."""
-    if a.dtype.itemsize != 2 or not _packs(block_size) or a.shape[1] <= _STREAM_MAX_ROWS:
+    if not _packs(a.dtype.itemsize, block_size, precision) or a.shape[1] <= _STREAM_MAX_ROWS:
         return 0
     rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
-    return a.shape[0] * rows * a.shape[2] * 2 // 4
+    return a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4
 
 
 def _reference_rule(reference_fn):
@@ -80,7 +86,7 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
     else:
         offsets, splits = tables[0], tables[3]
         scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size),
-                      _packed_scratch_floats(a, block_size))
+                      _packed_scratch_floats(a, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
     outs = jax.ffi.ffi_call(target, results)(a, b, *tables, block_size=np.int32(block_size),
