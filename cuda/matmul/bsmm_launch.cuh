@@ -67,6 +67,8 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
   p.group_items = a.group_items;
   p.num_groups = static_cast<int>(a.num_groups);
   p.packed_rows = 0;
+  const char* band = std::getenv("JBS_BAND");  // experiment (session 7)
+  p.band_rows = band == nullptr ? 0 : std::atoi(band);
   return p;
 }
 
@@ -140,8 +142,9 @@ inline int wgmma_env() {
 
 inline constexpr int64_t kWgmmaMinRows = 512;
 
-inline double min_wgmma_reuse(int bs, bool gathered) {
+inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
   if (gathered) return bs == 16 ? 3.0 : 1e9;
+  if (tf32) return bs == 32 ? 1.15 : 2.0;
   return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
 }
 
@@ -158,7 +161,7 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
     }
     if (wgmma_env() == 1 || groups_env() == 1) return true;
     const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
-    return a.rows >= kWgmmaMinRows && reuse >= min_wgmma_reuse(BS, a.gathered);
+    return a.rows >= kWgmmaMinRows && reuse >= min_wgmma_reuse(BS, a.gathered, std::is_same_v<T, float>);
   }
 #endif
   return false;
