@@ -169,25 +169,6 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
         assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype, precision)
 
 
-@pytest.mark.parametrize("wgmma", ["0", "1"])
-def test_group_kernels_in_banded_cta_order(rng, monkeypatch, wgmma):
-    """JBS_BAND=2 orders the group kernels' CTAs in bands of 2 row tiles, row tile innermost:
-    1100 rows are 5 row tiles of 256, so the last band holds one; every (row tile, group) must
-    be computed exactly once, fwd and dx."""
-    monkeypatch.setenv("JBS_GROUPS", "1")
-    monkeypatch.setenv("JBS_WGMMA", wgmma)
-    monkeypatch.setenv("JBS_BAND", "2")
-    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 7, 13, density=0.5), 32)
-    x = random_array(rng, (1100, bsmm.shape[0]), jnp.bfloat16)
-    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
-    g = random_array(rng, (1100, bsmm.shape[1]), jnp.bfloat16)
-    y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
-    dx = jax.jit(pullback)(g)[0]
-    W = dense_f64(bsmm, w)
-    assert rel_error(y, f64(x) @ W) < tolerance(jnp.bfloat16)
-    assert rel_error(dx, f64(g) @ W.T) < tolerance(jnp.bfloat16)
-
-
 @pytest.mark.parametrize("stacked", ["x", "w", "both"])
 @pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (64, jnp.bfloat16), (32, jnp.float32)])
 def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):

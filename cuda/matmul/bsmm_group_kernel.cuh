@@ -39,13 +39,10 @@ struct GroupParams : FwdDxOperands {
   // > 0: `in` is the packed copy (matmul/packed_rows.cuh) with this many rows per
   // group, and in_group_stride is in its elements. 0: `in` is row-major.
   int64_t packed_rows;
-  // CTA order: 0 = row tile outermost (every group of one row tile, then the next);
-  // H > 0 = bands of H row tiles, row tile innermost (GroupCta).
-  int band_rows;
 };
 
-// Where a group-kernel CTA works: blockIdx.x gives (row tile, group) in the order of
-// p.band_rows, blockIdx.y = weight group g; the operand pointers are already offset to them.
+// Where a group-kernel CTA works: blockIdx.x = row tile * num_groups + group,
+// blockIdx.y = weight group g; the operand pointers are already offset to them.
 template <typename T, int BS, int TN, bool GATHER>
 struct GroupCta {
   static constexpr int kP = 128 / BS;
@@ -59,23 +56,8 @@ struct GroupCta {
   int beg, end;          // the group's union items
 
   __device__ __forceinline__ explicit GroupCta(const GroupParams& p) {
-    int q;
-    if (p.band_rows > 0) {
-      // Row tiles innermost within a band of band_rows of them: the CTAs resident at
-      // one time share a few row tiles' activations and a run of groups' weights.
-      // (32-bit: the grid is < 2^31 CTAs; 64-bit divisions cost the mma.sync kernel registers)
-      const unsigned row_tiles = static_cast<unsigned>((p.rows + TN - 1) / TN);
-      const unsigned band_rows = static_cast<unsigned>(p.band_rows);
-      const unsigned band_ctas = band_rows * static_cast<unsigned>(p.num_groups);
-      const unsigned first = blockIdx.x / band_ctas * band_rows;
-      const unsigned local = blockIdx.x % band_ctas;
-      const unsigned height = row_tiles - first < band_rows ? row_tiles - first : band_rows;
-      q = static_cast<int>(local / height);
-      n0 = static_cast<int64_t>(first + local % height) * TN;
-    } else {
-      q = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_groups));
-      n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(p.num_groups)) * TN;
-    }
+    const int q = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_groups));
+    n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(p.num_groups)) * TN;
     const int64_t g = blockIdx.y;
     in_group = static_cast<const T*>(p.in) + g * p.in_group_stride;
     in = in_group + (GATHER ? 0 : n0 * p.in_cols);

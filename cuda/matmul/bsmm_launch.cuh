@@ -67,8 +67,6 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
   p.group_items = a.group_items;
   p.num_groups = static_cast<int>(a.num_groups);
   p.packed_rows = 0;
-  const char* band = std::getenv("JBS_BAND");  // experiment (session 7)
-  p.band_rows = band == nullptr ? 0 : std::atoi(band);
   return p;
 }
 
@@ -116,7 +114,8 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   }
 }
 
-// Whether the wgmma column-group kernel serves this call: 16-bit types on an
+// Whether the wgmma column-group kernel serves this call: 16-bit types, and fp32
+// at bs 16/32 as tf32 at the default precision, on an
 // sm_90 device, in a build with sm_90a machine code (CMake defines
 // JBS_HAVE_SM90A), for large N (its row tile is 256: below ~512 rows the
 // one-column kernel's 128-row tiles give more CTAs). At bs 64 both kernels are
@@ -130,6 +129,8 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // bs 32: 1.46 is 1.14x faster, 1.21 7% slower; bs 16: 2.22 is 1.4x faster,
 // 1.52 2% slower. Session 6 (packed activations, leaner item loop): bs 64 1.14
 // 1.06x faster, 1.07 9% slower; bs 32 1.21 1.18x faster; bs 16 1.52 1.48x.
+// fp32 (session 7, packed, against the previous dispatch): bs 32 2.13 / 1.46 /
+// 1.21 1.67x / 1.37x / 1.08x faster; bs 16 4.0 / 2.22 1.27x / 1.13x, 1.52 21% slower.
 // The implicit-GEMM conv, whose gathered activations mostly
 // hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
 // at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
@@ -143,7 +144,7 @@ inline int wgmma_env() {
 inline constexpr int64_t kWgmmaMinRows = 512;
 
 inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
-  if (gathered) return bs == 16 ? 3.0 : 1e9;
+  if (gathered) return bs == 16 && !tf32 ? 3.0 : 1e9;  // fp32 convs: not measured, never by default
   if (tf32) return bs == 32 ? 1.15 : 2.0;
   return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
 }
