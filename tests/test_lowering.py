@@ -167,21 +167,16 @@ def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None):
     return int(re.search(r"-> \(tensor<[^>]*>, tensor<(\d+)xf32>\)", line).group(1))
 
 
-@pytest.mark.parametrize("block_size,setting,packed", [(32, "", True), (16, "", True), (16, "0", False),
-                                                       (32, "0", False)])
+@pytest.mark.parametrize("block_size,setting,packed", [(32, "", True), (16, "", True), (64, "", True),
+                                                       (16, "0", False), (32, "0", False)])
 def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, setting, packed):
     """The fwd/dx scratch result has room for the packed activation (300 rows padded to 512, 2 *
-    bs columns) where the wgmma kernel would pack: bf16 at blocks of 16 or more, fp32 (as tf32)
-    at blocks of 16 and 32 and the default precision, unless JBS_PACK=0; none for fp32 at
-    HIGHEST (3xTF32 stays on the mma.sync kernels), fp32 at bs 64, or small N."""
+    bs columns) where the wgmma kernel would pack: blocks of 16 or more, bf16 or fp32 (as tf32)
+    at the default precision, unless JBS_PACK=0; none for fp32 at HIGHEST (3xTF32 stays on the
+    mma.sync kernels) or small N."""
     monkeypatch.setenv("JBS_PACK", setting)
     room = 512 * 2 * block_size * 2 // 4
     assert (_fwd_scratch_floats(block_size, 300) >= room) == packed
     assert (_fwd_scratch_floats(block_size, 300, jnp.float32) >= 2 * room) == packed
     assert _fwd_scratch_floats(block_size, 300, jnp.float32, "highest") < room
     assert _fwd_scratch_floats(block_size, 64) < room
-
-
-def test_fp32_at_64x64_blocks_reserves_no_packed_copy():
-    """fp32 at bs 64 has no wgmma group kernel (two stages would not fit), so nothing is packed."""
-    assert _fwd_scratch_floats(64, 300, jnp.float32) < 512 * 2 * 64

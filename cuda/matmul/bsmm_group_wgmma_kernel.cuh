@@ -48,11 +48,10 @@
 
 namespace jbs {
 
-// fp32 at bs 64 is left out: a 256-row slot (68 KB of activations and two
-// 16 KB blocks) leaves room for only two stages.
+// fp32 at bs 64: a packed 256-row slot (64 KB of activations and two 16 KB
+// blocks) leaves room for only two stages (one loading while one computes).
 template <typename T, int BS>
-inline constexpr bool kGroupWgmmaSupported =
-    (kIs16Bit<T> && BS >= 16) || (std::is_same_v<T, float> && (BS == 16 || BS == 32));
+inline constexpr bool kGroupWgmmaSupported = (kIs16Bit<T> || std::is_same_v<T, float>) && BS >= 16;
 
 template <typename T, int BS, bool PACKED>
 struct GroupWgmmaConfig {
@@ -77,7 +76,7 @@ struct GroupWgmmaConfig {
   static constexpr int kStageElems = kItems * kSlotElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   // One CTA per SM: the ring may take most of sm_90's 227 KiB.
-  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 3, 8);
+  static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 2, 8);
   static_assert(kStages * kStageBytes <= 216 * 1024, "the ring must fit in shared memory");
   // Loads run kAhead stages ahead; the stage refilled at iteration i held
   // iteration i - 1, whose MMAs wgmma_wait<0> retired. (Keeping one stage's

@@ -48,7 +48,7 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
 # packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
-# with blocks of 16 or more, fp32 with blocks of 16 or 32 at the default precision (tf32);
+# with blocks of 16 or more, fp32 likewise at the default precision (tf32);
 # none with JBS_PACK=0 (read here when the op is lowered, and by the kernel launch). A GPU
 # without that kernel leaves the room unused (XLA only reserves it).
 _PACK_ROW_TILE = 256
@@ -59,7 +59,7 @@ def _packs(itemsize: int, block_size: int, precision: int) -> bool:
         return False
     if itemsize == 2:
         return block_size >= 16
-    return block_size in (16, 32) and precision == precision_lib.DEFAULT
+    return block_size >= 16 and precision == precision_lib.DEFAULT
 
 
 def _packed_scratch_floats(a, block_size: int, precision: int) -> int:
