@@ -147,11 +147,10 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
     columns walking the union of their input blocks), forced by JBS_GROUPS, on a power-law
     layout whose last group is partial, N not a multiple of the row tile (456 rows: the group
     kernel's second 256-row tile fills one 128-row epilogue half and part of the other)."""
-    # (fp32 64x64 blocks have no group kernel -- two stages would not fit in shared memory --
-    # so JBS_GROUPS=1 runs the one-column kernel there. fp32 at bs 16/32 takes the wgmma
-    # kernel as tf32 at the default precision and the mma.sync group kernel at HIGHEST; sm_90
-    # alone has wgmma, so "groups-wgmma" runs the mma.sync group kernel elsewhere: the
-    # fallbacks are what is tested)
+    # (fp32 takes the wgmma kernel as tf32 at the default precision; at HIGHEST it takes the
+    # mma.sync group kernel, or at bs 64, which that kernel lacks (two stages would not fit
+    # next to its padded rows), the one-column kernel. sm_90 alone has wgmma, so
+    # "groups-wgmma" runs the mma.sync group kernel elsewhere: the fallbacks are what is tested)
     groups, wgmma, pack = LARGE_N_PATHS[path]
     monkeypatch.setenv("JBS_GROUPS", groups)
     monkeypatch.setenv("JBS_WGMMA", wgmma)

@@ -115,7 +115,7 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 }
 
 // Whether the wgmma column-group kernel serves this call: 16-bit types, and fp32
-// at bs 16/32 as tf32 at the default precision, on an
+// as tf32 at the default precision, on an
 // sm_90 device, in a build with sm_90a machine code (CMake defines
 // JBS_HAVE_SM90A), for large N (its row tile is 256: below ~512 rows the
 // one-column kernel's 128-row tiles give more CTAs). At bs 64 both kernels are
@@ -130,7 +130,8 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // 1.52 2% slower. Session 6 (packed activations, leaner item loop): bs 64 1.14
 // 1.06x faster, 1.07 9% slower; bs 32 1.21 1.18x faster; bs 16 1.52 1.48x.
 // fp32 (session 7, packed, against the previous dispatch): bs 32 2.13 / 1.46 /
-// 1.21 1.67x / 1.37x / 1.08x faster; bs 16 4.0 / 2.22 1.27x / 1.13x, 1.52 21% slower.
+// 1.21 1.67x / 1.37x / 1.08x faster; bs 16 4.0 / 2.22 1.27x / 1.13x, 1.52 21% slower;
+// bs 64 (two stages) 1.33 / 1.14 / 1.07 1.88x / 1.76x / 1.48x.
 // The implicit-GEMM conv, whose gathered activations mostly
 // hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
 // at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
@@ -145,7 +146,7 @@ inline constexpr int64_t kWgmmaMinRows = 512;
 
 inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
   if (gathered) return bs == 16 && !tf32 ? 3.0 : 1e9;  // fp32 convs: not measured, never by default
-  if (tf32) return bs == 32 ? 1.15 : 2.0;
+  if (tf32) return bs == 64 ? 1.0 : (bs == 32 ? 1.15 : 2.0);
   return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
 }
 
