@@ -72,6 +72,8 @@ __global__ void __launch_bounds__(256, 1) feed_cpasync(const char* buf, uint64_t
   for (int s = 0; s < stages - 1; ++s) issue(s);
   for (int it = 0; it < iters; ++it) {
     issue(it + stages - 1);
+    // At most 2 groups left pending: ~3 stages (3 * chunk bytes) in flight per SM, not
+    // stages - 1 (the session-7 figures were measured this way).
     asm volatile("cp.async.wait_group %0;\n" ::"n"(2) : "memory");  // stages >= 3
     __syncthreads();
     acc += reinterpret_cast<const int*>(smem + (it % stages) * chunk)[tid];
