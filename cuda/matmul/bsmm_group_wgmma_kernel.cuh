@@ -55,7 +55,7 @@ inline constexpr bool kGroupWgmmaSupported = (kIs16Bit<T> || std::is_same_v<T, f
 
 template <typename T, int BS, bool PACKED>
 struct GroupWgmmaConfig {
-  static_assert(kGroupWgmmaSupported<T, BS>, "wgmma group kernel: 16-bit types at bs 16..64, fp32 at bs 16, 32");
+  static_assert(kGroupWgmmaSupported<T, BS>, "wgmma group kernel: 16-bit or fp32 types, blocks of 16..64");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
   static_assert(kTN == kPackRowTile, "a packed row tile is one contiguous run");
@@ -70,12 +70,14 @@ struct GroupWgmmaConfig {
   // A slot holds one union item: its activation tile, then its P weight blocks.
   static constexpr int kSlotElems = kTN * kLdX + kP * kBlockElems;
   // Union items per stage (= per barrier and wgmma wait); 32 A registers either
-  // way. By itself it moved bs 16 by only +/- 3% (benchmarks/NOTES.md, session 6),
+  // way for 16-bit types (fp32: one item, 16 / 32 / 64 A registers at bs 16 / 32 /
+  // 64). By itself it moved bs 16 by only +/- 3% (benchmarks/NOTES.md, session 6),
   // but the final figures were measured with it, so it stays.
   static constexpr int kItems = !kIs16Bit<T> ? 1 : (BS == 16 ? 4 : (BS == 32 ? 2 : 1));
   static constexpr int kStageElems = kItems * kSlotElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
-  // One CTA per SM: the ring may take most of sm_90's 227 KiB.
+  // One CTA per SM: the ring may take most of sm_90's 227 KiB. Only fp32 at bs 64
+  // gets the minimum of two (still 1.5-1.9x faster than its mma.sync kernels, session 7).
   static constexpr int kStages = cclamp(216 * 1024 / kStageBytes, 2, 8);
   static_assert(kStages * kStageBytes <= 216 * 1024, "the ring must fit in shared memory");
   // Loads run kAhead stages ahead; the stage refilled at iteration i held
