@@ -118,10 +118,10 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // as tf32 at the default precision, on an
 // sm_90 device, in a build with sm_90a machine code (CMake defines
 // JBS_HAVE_SM90A), for large N (its row tile is 256: below ~512 rows the
-// one-column kernel's 128-row tiles give more CTAs). At bs 64 both kernels are
-// bound by the L2 -> SM feed (Nsight Compute: L2 at 91% of peak); at bs 16 the
-// group kernel was bound by the integer work of each item (session 6: copy
-// loops the compiler could not unroll), and it
+// one-column kernel's 128-row tiles give more CTAs). Both kernels are
+// latency-bound: their L2 feed is ~60% of what plain cp.async reaches
+// (benchmarks/NOTES.md, session 7; Nsight Compute's high "L2 throughput" is request
+// work, not bytes). The group kernel
 // pays only when each activation tile it loads feeds enough blocks: reuse =
 // nnz / union items, the blocks per loaded tile. The
 // break-even points below are measured on an H100 (benchmarks/NOTES.md,
@@ -173,15 +173,16 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
 // (matmul/packed_rows.cuh), made first by a copy kernel into the scratch
 // result, whenever the lowering sized the scratch for it (jbs/_src/lowering.py)
 // and the activation is a plain matrix: 1.04-1.35x faster, copy included
-// (H100, 8192^3, benchmarks/NOTES.md session 6, call 10). JBS_PACK=0 reads the
-// row-major activation (diagnostics, tests).
+// (H100, 8192^3, benchmarks/NOTES.md session 6, call 10); fp32 1.13-1.23x
+// (session 7, call 4). JBS_PACK=0 reads the row-major activation (diagnostics, tests).
 inline int64_t input_groups(const BsmmBlocksArgs& a) { return a.in_group_stride == 0 ? 1 : a.groups; }
 
-inline bool use_packed_rows(const BsmmBlocksArgs& a, int elem_bytes) {
+template <typename T>
+bool use_packed_rows(const BsmmBlocksArgs& a) {
   const char* e = std::getenv("JBS_PACK");
   if (e != nullptr && e[0] == '0') return false;
   return !a.gathered && a.scratch != nullptr &&
-         a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols, elem_bytes);
+         a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols, sizeof(T));
 }
 
 template <typename T, int BS, bool TRANS, bool GATHER>
@@ -191,7 +192,7 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
     const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
     if constexpr (!GATHER) {
-      if (use_packed_rows(a, sizeof(T))) {
+      if (use_packed_rows<T>(a)) {
         T* packed = static_cast<T*>(a.scratch);
         cudaError_t err = launch_pack_rows<T, BS>(static_cast<const T*>(a.in), packed, input_groups(a), a.rows,
                                                   a.in_cols, a.num_sms, stream);
