@@ -2,7 +2,8 @@
 dtype and op on awkward layouts (empty rows and columns, a heavy column), N not a tile multiple
 (small-N and large-N paths), and the implicit-GEMM convolution: strided and padded, transposed,
 and a weight gradient whose rows are split over several CTAs; long block rows for the
-small-N weight gradient's x-tile reuse."""
+small-N weight gradient's x-tile reuse; a tall layout whose column groups the small-N group
+kernel cuts into slices. Environment settings (JBS_STREAM_GROUPS, JBS_WGMMA, ...) pick paths."""
 
 import numpy as np
 import jax
@@ -30,6 +31,12 @@ for bs in (8, 16, 32, 64):
         w = jnp.asarray(rng.standard_normal(dense_rows.w_shape), dtype)
         g = jnp.asarray(rng.standard_normal((37, dense_rows.shape[1])), dtype)
         jax.block_until_ready(jax.vjp(dense_rows, x, w)[1](g))
+        # Tall: 35 union items per column group, cut into 2 slices by the small-N group kernel
+        # (JBS_STREAM_GROUPS=1) whose partials the last slice sums.
+        tall = jbs.BlockSparseMatMul(rng.random((70, 5)) < 0.5, bs)
+        x = jnp.asarray(rng.standard_normal((37, tall.shape[0])), dtype)
+        w = jnp.asarray(rng.standard_normal(tall.w_shape), dtype)
+        jax.block_until_ready(jax.vjp(tall, x, w)[1](jnp.ones((37, tall.shape[1]), dtype)))
         for conv, shape in ((jbs.BlockSparseConv(layout, bs, (2, 3), 2, ((1, 0), (2, 0))), (2, 9, 7)),
                             (jbs.BlockSparseConvTranspose(layout, bs, (3, 3), 2), (2, 5, 4)),
                             (jbs.BlockSparseConv(layout, bs, (1, 1)), (3, 33, 31))):  # dw row splits

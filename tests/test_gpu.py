@@ -133,6 +133,66 @@ def test_data_parallel_batch_stays_sharded(rng):
     assert sharded[1][0].sharding.spec[0] == "data"
 
 
+def _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype):
+    """y and dx of a vmap over 3 stacked activations ("x"), weights ("w") or both against
+    float64 (dx only where x is stacked: otherwise it is summed over the weights)."""
+    for b in range(3):
+        xb = x[b] if stacked != "w" else x
+        W = dense_f64(bsmm, w[b] if stacked != "x" else w)
+        assert rel_error(y[b], f64(xb) @ W) < tolerance(dtype)
+        if stacked != "w":
+            assert rel_error(dx[b], f64(g[b]) @ W.T) < tolerance(dtype)
+
+
+@pytest.mark.parametrize("stacked", ["x", "w", "both"])
+@pytest.mark.parametrize("bs,dtype", [(8, jnp.bfloat16), (32, jnp.bfloat16), (16, jnp.float32)])
+def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
+    """The small-N fwd/dx kernel reads a tile-major copy of the activation (by default at bs 8
+    in 16-bit types; JBS_TILE_MAJOR=1 forces it everywhere) or the row-major one
+    (JBS_TILE_MAJOR=0): both give the same bits, correct against float64, under vmap over a
+    stacked or broadcast activation and weight, with a heavy column (split into chunks whose
+    partials share the scratch result with the copy) and 29 rows (not a row tile)."""
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 40, 9), bs)
+    x = random_array(rng, ((3,) if stacked != "w" else ()) + (29, bsmm.shape[0]), dtype)
+    w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, dtype)
+    g = random_array(rng, (3, 29, bsmm.shape[1]), dtype)
+    axes = (0 if stacked != "w" else None, 0 if stacked != "x" else None)
+    results = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("JBS_TILE_MAJOR", setting)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
+        results[setting] = (np.asarray(y), np.asarray(jax.jit(pullback)(g)[0]))
+    np.testing.assert_array_equal(results["1"][0], results["0"][0])
+    np.testing.assert_array_equal(results["1"][1], results["0"][1])
+    y, dx = results["1"]
+    _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
+
+
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 29, 64])
+def test_small_n_column_groups(rng, monkeypatch, bs, dtype, n):
+    """The small-N column-group kernel (JBS_STREAM_GROUPS=1 forces it): fwd and dx over a
+    power-law layout with an empty row and column, a partial last group (bs 32: 9 columns in
+    groups of 4), enough union items per group to be cut into several slices whose partials
+    are summed by the last to arrive, and under vmap over stacked weights."""
+    monkeypatch.setenv("JBS_STREAM_GROUPS", "1")
+    layout = heavy_column_layout(rng, 70, 9 * max(1, 32 // bs), density=0.5)
+    for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
+        bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
+        x = random_array(rng, (n, bsmm.shape[0]), dtype)
+        w = random_array(rng, (2,) + bsmm.w_shape, dtype)
+        g = random_array(rng, (2, n, bsmm.shape[1]), dtype)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=(None, 0)), x, w))(x, w)
+        dx = jax.jit(pullback)(g)[0]
+        dx_ref = 0
+        for b in range(2):
+            W = dense_f64(bsmm, w[b])
+            assert rel_error(y[b], f64(x) @ W) < tolerance(dtype, precision)
+            dx_ref = dx_ref + f64(g[b]) @ W.T
+        assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
+
+
 # JBS_GROUPS / JBS_WGMMA / JBS_PACK settings that force each large-N fwd/dx kernel (the wgmma
 # one reads a packed copy of the activation unless JBS_PACK=0).
 LARGE_N_PATHS = {"one-column": ("0", "0", "1"), "groups-mma-sync": ("1", "0", "1"),
@@ -185,9 +245,4 @@ def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
     axes = (0 if stacked != "w" else None, 0 if stacked != "x" else None)
     y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
     dx = jax.jit(pullback)(g)[0]
-    for b in range(3):
-        xb = x[b] if stacked != "w" else x
-        W = dense_f64(bsmm, w[b] if stacked != "x" else w)
-        assert rel_error(y[b], f64(xb) @ W) < tolerance(dtype)
-        if stacked != "w":
-            assert rel_error(dx[b], f64(g[b]) @ W.T) < tolerance(dtype)
+    _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)

@@ -158,10 +158,10 @@ def test_sharded_cuda_lowering_partitions_each_kernel():
     assert all("sdy.sharding_rule" in line for line in partitioned_calls)
 
 
-def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None):
-    layout = np.array([[1, 0, 1], [1, 1, 0]], bool)
+def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None, layout=None):
+    layout = np.array([[1, 0, 1], [1, 1, 0]], bool) if layout is None else layout
     bsmm = jbs.BlockSparseMatMul(layout, block_size, precision=precision)
-    fwd = jax.jit(bsmm).trace(jnp.ones((rows, 2 * block_size), dtype), jnp.ones(bsmm.w_shape, dtype))
+    fwd = jax.jit(bsmm).trace(jnp.ones((rows, bsmm.shape[0]), dtype), jnp.ones(bsmm.w_shape, dtype))
     line = custom_call(_with_cuda_rules(lambda: fwd.lower(lowering_platforms=("cuda",)).as_text()),
                        "jbs_bsmm_fwd")
     return int(re.search(r"-> \(tensor<[^>]*>, tensor<(\d+)xf32>\)", line).group(1))
@@ -180,3 +180,39 @@ def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, se
     assert (_fwd_scratch_floats(block_size, 300, jnp.float32) >= 2 * room) == packed
     assert _fwd_scratch_floats(block_size, 300, jnp.float32, "highest") < room
     assert _fwd_scratch_floats(block_size, 64) < room
+
+
+@pytest.mark.parametrize("block_size,dtype,setting,tiled", [
+    (8, jnp.bfloat16, "", True), (8, jnp.bfloat16, "0", False), (16, jnp.bfloat16, "", False),
+    (8, jnp.float32, "", False), (32, jnp.float32, "1", True), (16, jnp.bfloat16, "1", True)])
+def test_small_n_scratch_holds_the_tile_major_activation(monkeypatch, block_size, dtype, setting, tiled):
+    """Small N: the fwd/dx scratch result has room for the stream kernel's tile-major copy of
+    the activation (40 rows of 2 * bs columns, cuda/matmul/tile_major.cuh) where its tile rows
+    are under a 32-byte sector (bf16 at bs 8), or everywhere with JBS_TILE_MAJOR=1; never with
+    JBS_TILE_MAJOR=0, nor at large N."""
+    monkeypatch.setenv("JBS_TILE_MAJOR", setting)
+    room = 40 * 2 * block_size * jnp.dtype(dtype).itemsize // 4
+    assert (_fwd_scratch_floats(block_size, 40, dtype) >= room) == tiled
+    monkeypatch.setenv("JBS_PACK", "0")
+    assert _fwd_scratch_floats(block_size, 300, dtype) < 300 * 2 * block_size * jnp.dtype(dtype).itemsize // 4
+
+
+@pytest.mark.parametrize("block_size,density,setting,room", [
+    (16, 1.0, "", True), (32, 1.0, "", True), (16, 1.0, "0", False), (16, 0.3, "", False),
+    (16, 0.3, "1", True), (8, 1.0, "", False), (64, 1.0, "", False)])
+def test_small_n_scratch_sizes_the_column_group_partials(monkeypatch, block_size, density, setting, room):
+    """Small N: the scratch rule of the column-group kernel (cuda/matmul/bsmm_stream_group_kernel.cuh)
+    gives 70 union items per group of 128 columns 2 slices of 32 x 128 fp32 partials after the
+    counters where each activation tile feeds >= 3.5 blocks at bs 16 or 32, or with
+    JBS_STREAM_GROUPS=1; nothing with JBS_STREAM_GROUPS=0, at bs 8 or 64 by default, at low
+    reuse, or at large N."""
+    from jbs._src import tables as tables_lib
+
+    monkeypatch.setenv("JBS_STREAM_GROUPS", setting)
+    layout = np.random.default_rng(0).random((70, 128 // block_size)) < density
+    layout[:, 0] = True  # every input block in the union
+    t = tables_lib.tables_for(layout, block_size)
+    size = lambda rows: lowering._stream_group_scratch_floats(
+        3, rows, block_size, t.fwd_items.shape[0], t.fwd_group_offsets, t.fwd_group_items)
+    assert size(29) == (4 + 3 * 2 * 32 * 128 if room else 0)
+    assert size(65) == 0

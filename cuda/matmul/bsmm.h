@@ -44,7 +44,8 @@ struct BsmmBlocksArgs {
   int64_t n_split = 0;
   int64_t nnz = 0;  // items in the tables
   // Scratch result (fp32): groups * n_split int counters (padded to 4), then
-  // groups * n_split * row_tile * block_size fp32 partials. Large N: room for
+  // groups * n_split * row_tile * block_size fp32 partials, then (when there is
+  // room) the tile-major copy of `in` (stream_tile_major_offset). Large N: room for
   // the packed activation (matmul/packed_rows.cuh); a smaller scratch means
   // the kernels read the row-major one.
   void* scratch = nullptr;
@@ -112,6 +113,12 @@ inline int64_t stream_scratch_bytes(int64_t rows, int64_t groups, int64_t n_spli
   if (rows < 1 || rows > kStreamMaxRowsHost || n_split == 0) return 0;
   const int64_t counters = (groups * n_split + 3) / 4 * 4;
   return 4 * (counters + groups * n_split * stream_row_tile_host(rows) * bs);
+}
+// Where the small-N path's tile-major copy of the activation starts in the
+// scratch result (matmul/tile_major.cuh): after the split counters and partials,
+// 256-byte aligned. jbs/_src/lowering.py sizes the scratch by the same rule.
+inline int64_t stream_tile_major_offset(int64_t rows, int64_t groups, int64_t n_split, int64_t bs) {
+  return (stream_scratch_bytes(rows, groups, n_split, bs) + 255) / 256 * 256;
 }
 
 }  // namespace jbs

@@ -14,8 +14,10 @@
 #include "matmul/bsmm_dw_kernel.cuh"
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
+#include "matmul/bsmm_stream_group_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
 #include "matmul/packed_rows.cuh"
+#include "matmul/tile_major.cuh"
 
 namespace jbs {
 
@@ -230,6 +232,29 @@ inline bool stream_big(int64_t items, int64_t units) {
   return units > 0 && items >= 32 * units;
 }
 
+// Whether the stream kernel reads a tile-major copy of the activation
+// (matmul/tile_major.cuh), made first into the scratch result: by default where
+// a tile row is less than a 32-byte sector (16-bit types at bs 8), and only if
+// the lowering sized the scratch for it (jbs/_src/lowering.py, same rule).
+// Measured on an H100 at N = 32, 12288^2 (benchmarks/NOTES.md, session 8): bs 8
+// bf16 1.33-1.70x faster, copy included; bs 16 and 32 0-3 us slower (the copy's
+// cost, no gain: whole-sector rows were not what bounded them).
+// JBS_TILE_MAJOR=0/1 forces it off / on for every block size (diagnostics, tests;
+// read at every launch, and by the lowering).
+inline int tile_major_env() {
+  const char* e = std::getenv("JBS_TILE_MAJOR");
+  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
+}
+
+template <typename T, int BS>
+bool use_tile_major(const BsmmBlocksArgs& a) {
+  const int env = tile_major_env();
+  if (env == 0 || a.scratch == nullptr || (env < 0 && BS * sizeof(T) >= 32)) return false;
+  const int64_t need = stream_tile_major_offset(a.rows, a.groups, a.n_split, BS) +
+                       tile_major_bytes_host(input_groups(a), a.rows, a.in_cols, sizeof(T));
+  return a.scratch_bytes >= need;
+}
+
 template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool BIG>
 cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   using Cfg = StreamConfig<T, BS, TRANS, TN, BIG>;
@@ -241,9 +266,20 @@ cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
   p.splits = a.splits;
   p.out = a.out;
   p.rows = a.rows;
-  p.in_cols = a.in_cols;
+  p.in_tile_stride = BS;
+  p.in_ld = a.in_cols;
   p.out_cols = a.out_cols;
   p.in_group_stride = a.in_group_stride;
+  if (use_tile_major<T, BS>(a)) {
+    T* tiled = reinterpret_cast<T*>(static_cast<unsigned char*>(a.scratch) +
+                                    stream_tile_major_offset(a.rows, a.groups, a.n_split, BS));
+    cudaError_t err = launch_tile_major<T>(static_cast<const T*>(a.in), tiled, input_groups(a), a.rows, a.in_cols,
+                                           BS, a.num_sms, stream);
+    if (err != cudaSuccess) return err;
+    p.in = tiled;
+    p.in_tile_stride = a.rows * BS;
+    p.in_ld = BS;  // in_group_stride (rows * in_cols or 0) is unchanged
+  }
   p.w_group_stride = a.w_group_stride;
   p.out_group_stride = a.out_group_stride;
   p.n_split = static_cast<int>(a.n_split);
@@ -262,6 +298,60 @@ cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
   }
   const dim3 grid(static_cast<unsigned>(a.num_chunks), static_cast<unsigned>(a.groups));
   return launch_kernel(bsmm_stream_kernel<T, BS, TRANS, TN, PRECISE, BIG>, grid, dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
+}
+
+// Whether the small-N column-group kernel (bsmm_stream_group_kernel.cuh) serves
+// this call instead of the one-column stream kernel: when each activation tile
+// it loads feeds enough blocks (reuse = nnz / union items), and the lowering
+// sized the scratch result for its partials (jbs/_src/lowering.py applies the
+// same rule: keep min_stream_group_reuse in sync). JBS_STREAM_GROUPS=0/1 forces
+// it off / on (diagnostics, tests; read at every launch, and by the lowering).
+inline int stream_groups_env() {
+  const char* e = std::getenv("JBS_STREAM_GROUPS");
+  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
+}
+
+// Measured on an H100 at N = 32, 12288^2 (benchmarks/NOTES.md, session 8), against
+// the one-column kernel: reuse 4 (bs 16 at 1/2, bs 32 dense) 1.13-1.22x faster;
+// bs 32 at reuse 2.1 (1/2) 0.87x, bs 16 at 1.5 (1/8) 0.51x; bs 8 slower at every
+// density (0.83x at reuse 8); bs 64 reaches at most 2.
+inline double min_stream_group_reuse(int bs) { return bs == 16 || bs == 32 ? 3.5 : 1e9; }
+
+template <typename T, int BS>
+bool use_stream_groups(const BsmmBlocksArgs& a) {
+  const int env = stream_groups_env();
+  if (env == 0 || a.gathered || a.group_items == nullptr || a.group_width != 128 / BS || a.num_group_items <= 0 ||
+      a.scratch == nullptr || a.num_groups * 16 > 0x7fffffff) {
+    return false;
+  }
+  const int slices = stream_group_slices(a.num_group_items, a.num_groups);
+  if (a.scratch_bytes < stream_group_scratch_bytes(a.groups, a.num_groups, slices, stream_row_tile_host(a.rows))) {
+    return false;
+  }
+  const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
+  return env == 1 || reuse >= min_stream_group_reuse(BS);
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
+cudaError_t launch_stream_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  using Cfg = StreamGroupConfig<T, BS, TRANS, TN>;
+  StreamGroupParams p;
+  static_cast<GroupParams&>(p) = group_params(a);
+  p.slices = stream_group_slices(a.num_group_items, a.num_groups);
+  const int64_t tiles = a.groups * a.num_groups;
+  p.counters = static_cast<int*>(a.scratch);
+  p.partials = static_cast<float*>(a.scratch) + (tiles + 3) / 4 * 4;
+  if (p.slices > 1) {
+    const int64_t blocks = (tiles + 255) / 256;
+    zero_split_counters_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, stream>>>(
+        p.counters, tiles);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  // use_stream_groups checked num_groups * 16 < 2^31; the handlers, groups <= 65535.
+  const dim3 grid(static_cast<unsigned>(a.num_groups * p.slices), static_cast<unsigned>(a.groups));
+  return launch_kernel(bsmm_stream_group_kernel<T, BS, TRANS, TN, PRECISE>, grid, dim3(Cfg::kThreads),
                        Cfg::kSmemBytes, stream, p);
 }
 
@@ -289,6 +379,16 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
           return launch_blocks_variant<T, BS, TRANS, kTile, PRECISE, true>(a, stream);
         }
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
+          if (use_stream_groups<T, BS>(a)) {
+            switch (stream_row_tile_host(a.rows)) {
+              case 16:
+                return launch_stream_group_variant<T, BS, TRANS, 16, PRECISE>(a, stream);
+              case 32:
+                return launch_stream_group_variant<T, BS, TRANS, 32, PRECISE>(a, stream);
+              default:
+                return launch_stream_group_variant<T, BS, TRANS, 64, PRECISE>(a, stream);
+            }
+          }
           const int64_t nnz_items = a.nnz;
           switch (stream_row_tile_host(a.rows)) {
             case 16:

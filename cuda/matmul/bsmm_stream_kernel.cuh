@@ -42,7 +42,11 @@ struct StreamParams {
   float* partials;  // groups * n_split * TN * BS floats
   int* counters;    // groups * n_split ints (only the first chunk of a column is used)
   int64_t rows;
-  int64_t in_cols;
+  // Where input block cb's tile starts (in + cb * in_tile_stride) and its row
+  // stride: BS and in_cols for the row-major activation, rows * BS and BS for
+  // its tile-major copy (matmul/tile_major.cuh).
+  int64_t in_tile_stride;
+  int64_t in_ld;
   int64_t out_cols;
   int64_t in_group_stride;
   int64_t w_group_stride;
@@ -142,7 +146,7 @@ __global__ void __launch_bounds__(StreamConfig<T, BS, TRANS, TN, BIG>::kThreads)
     it.y = __shfl_sync(0xffffffffu, bcur.y, t & 31);
     T* xs = wsm + stage * Cfg::kStageElems;
     T* ws = xs + TN * Cfg::kLdX;
-    warp_load_tile<T, TN, BS>(xs, Cfg::kLdX, in + static_cast<int64_t>(it.y) * BS, p.in_cols,
+    warp_load_tile<T, TN, BS>(xs, Cfg::kLdX, in + static_cast<int64_t>(it.y) * p.in_tile_stride, p.in_ld,
                               valid_rows, lane);
     warp_load_tile<T, BS, BS>(ws, Cfg::kLdW, w + static_cast<int64_t>(it.x) * (BS * BS), BS, BS,
                               lane);

@@ -45,6 +45,46 @@ def _stream_scratch_floats(groups: int, n_split: int, bs: int) -> int:
     return counters + groups * n_split * _STREAM_MAX_ROWS * bs
 
 
+def _tile_major_scratch_floats(a, block_size: int) -> int:
+    """float32 elements that hold the small-N path's tile-major copy of activation ``a``
+    (G or 1, N, C) after the split counters and partials (cuda/matmul/bsmm.h:
+    stream_tile_major_offset; 64 more for its 256-byte alignment), or 0. The kernels read one
+    where a tile row is under a 32-byte sector (16-bit types at bs 8; cuda/matmul/bsmm_launch.cuh:
+    use_tile_major), or at every block size with JBS_TILE_MAJOR=1; never with JBS_TILE_MAJOR=0
+    or past the small-N path. Per-device rows are at most the global ones."""
+    setting = os.environ.get("JBS_TILE_MAJOR", "")
+    wanted = setting == "1" or (setting != "0" and block_size * a.dtype.itemsize < 32)
+    if not wanted or a.shape[1] > _STREAM_MAX_ROWS:
+        return 0
+    return 64 + a.shape[0] * a.shape[1] * a.shape[2] * a.dtype.itemsize // 4
+
+
+# Small-N path over column groups (cuda/matmul/bsmm_stream_group_kernel.cuh): counters, then
+# fp32 partials of S slices per group. Keep in sync with bsmm_launch.cuh (use_stream_groups,
+# min_stream_group_reuse) and bsmm_stream_group_kernel.cuh (stream_group_slices,
+# stream_group_scratch_bytes).
+def _min_stream_group_reuse(block_size: int) -> float:
+    return 3.5 if block_size in (16, 32) else float("inf")
+
+
+def _stream_group_scratch_floats(groups: int, rows: int, block_size: int, nnz: int, group_offsets,
+                                 group_items) -> int:
+    """float32 elements of the small-N group kernel's counters and partials, or 0 where the
+    kernels would not take it (too little reuse per loaded activation tile, large N, or
+    JBS_STREAM_GROUPS=0; JBS_STREAM_GROUPS=1 takes it at any reuse). Sized for the row tile
+    of the global rows, at least each device's."""
+    setting = os.environ.get("JBS_STREAM_GROUPS", "")
+    num_groups, union_items = group_offsets.shape[0] - 1, group_items.shape[0]
+    if setting == "0" or rows > _STREAM_MAX_ROWS or union_items == 0 or num_groups == 0:
+        return 0
+    if setting != "1" and nnz / union_items < _min_stream_group_reuse(block_size):
+        return 0
+    slices = min(16, max(1, union_items // num_groups // 32))
+    row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    counters = -(-groups * num_groups // 4) * 4
+    return counters + (groups * num_groups * slices * row_tile * 128 if slices > 1 else 0)
+
+
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
 # packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
@@ -84,8 +124,11 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
     if target == "jbs_bsmm_dw":
         results = [jax.ShapeDtypeStruct((groups, tables[0].shape[0], block_size, block_size), a.dtype)]
     else:
-        offsets, splits = tables[0], tables[3]
-        scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size),
+        offsets, items, splits, group_offsets, group_items = (tables[i] for i in (0, 1, 3, 4, 5))
+        scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size) +
+                      _tile_major_scratch_floats(a, block_size),
+                      _stream_group_scratch_floats(groups, a.shape[1], block_size, items.shape[0],
+                                                   group_offsets, group_items),
                       _packed_scratch_floats(a, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]

@@ -1,0 +1,56 @@
+// A tile-major copy of a small-N activation for the memory-bound stream kernel
+// (matmul/bsmm_stream_kernel.cuh): input block cb's rows x BS tile becomes one
+// contiguous run instead of `rows` rows of BS * sizeof(T) bytes, in_cols apart.
+//
+// Why: the stream kernel loads one such tile from L2 for every weight block it
+// streams. Row-major, a bf16 tile at BS = 32 is 32 separate 64-byte half lines
+// (BS = 16: 32-byte sectors; BS = 8: 16-byte half sectors), so the L2 serves
+// 2-8x more requests per byte than for the weight blocks next to it, which are
+// contiguous. Tile-major, both are whole lines.
+//
+// Layout, per input group g: tiled[g][cb][r][e] = in[g][r][cb * BS + e].
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace jbs {
+
+// One thread per 16-byte unit, in the order of the source (coalesced reads;
+// each tile row of the output is one or more whole units).
+template <typename T>
+__global__ void __launch_bounds__(256) tile_major_kernel(const T* __restrict__ in, T* __restrict__ out,
+                                                         int64_t groups, int64_t rows, int64_t cols, int bs) {
+  constexpr int kE = 16 / static_cast<int>(sizeof(T));
+  const int64_t units_per_row = cols / kE;
+  const int64_t units = groups * rows * units_per_row;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = (u % units_per_row) * kE;
+    const int64_t gr = u / units_per_row;  // g * rows + r
+    const int64_t r = gr % rows;
+    const int64_t g = gr / rows;
+    const int64_t cb = c / bs;
+    const int64_t dst = ((g * (cols / bs) + cb) * rows + r) * bs + (c - cb * bs);
+    *reinterpret_cast<uint4*>(out + dst) = __ldg(reinterpret_cast<const uint4*>(in) + u);
+  }
+}
+
+// Bytes of the tile-major copy.
+inline int64_t tile_major_bytes_host(int64_t groups, int64_t rows, int64_t cols, int64_t elem_bytes) {
+  return groups * rows * cols * elem_bytes;
+}
+
+template <typename T>
+cudaError_t launch_tile_major(const T* in, T* out, int64_t groups, int64_t rows, int64_t cols, int bs,
+                              int num_sms, cudaStream_t stream) {
+  const int64_t units = groups * rows * cols / (16 / static_cast<int64_t>(sizeof(T)));
+  const int64_t blocks = (units + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(num_sms) * 8;  // grid-stride: no 2^31 limit
+  tile_major_kernel<T><<<static_cast<unsigned>(blocks < cap ? blocks : cap), 256, 0, stream>>>(
+      in, out, groups, rows, cols, bs);
+  return cudaGetLastError();
+}
+
+}  // namespace jbs
