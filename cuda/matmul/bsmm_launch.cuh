@@ -83,11 +83,14 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
 // gains only at bs 16 (1.2x at fill 0.5) and loses 22% at bs 32.
 // JBS_GROUPS=0/1 forces it off/on (diagnostics, tests; with JBS_GROUPS=1 on an
 // sm_90 device, 16-bit types take the wgmma kernel unless JBS_WGMMA=0).
-inline int groups_env() {
-  // Read at every launch (not cached) so a test can switch paths within one process.
-  const char* e = std::getenv("JBS_GROUPS");
+// A diagnostic switch in the environment: -1 unset (the dispatch rule decides), 0 off,
+// 1 on. Read at every launch (not cached) so a test can switch paths within one process.
+inline int env_switch(const char* name) {
+  const char* e = std::getenv(name);
   return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
 }
+
+inline int groups_env() { return env_switch("JBS_GROUPS"); }
 
 template <typename T, int BS>
 bool use_groups(const BsmmBlocksArgs& a) {
@@ -139,10 +142,7 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
 // JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 forces a group
 // kernel: this one where it can run, else the mma.sync one (use_groups).
-inline int wgmma_env() {
-  const char* e = std::getenv("JBS_WGMMA");
-  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
-}
+inline int wgmma_env() { return env_switch("JBS_WGMMA"); }
 
 inline constexpr int64_t kWgmmaMinRows = 512;
 
@@ -181,8 +181,7 @@ inline int64_t input_groups(const BsmmBlocksArgs& a) { return a.in_group_stride 
 
 template <typename T>
 bool use_packed_rows(const BsmmBlocksArgs& a) {
-  const char* e = std::getenv("JBS_PACK");
-  if (e != nullptr && e[0] == '0') return false;
+  if (env_switch("JBS_PACK") == 0) return false;
   return !a.gathered && a.scratch != nullptr &&
          a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols, sizeof(T));
 }
@@ -220,10 +219,7 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
 // short lists the 4-warp, 3-CTAs-per-SM one wins (measured on an H200, see
 // benchmarks/NOTES.md). JBS_STREAM_BIG=0/1 forces a variant (diagnostics).
 inline int stream_big_env() {
-  static const int v = [] {
-    const char* e = std::getenv("JBS_STREAM_BIG");
-    return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
-  }();
+  static const int v = env_switch("JBS_STREAM_BIG");  // cached: read once per process
   return v;
 }
 inline bool stream_big(int64_t items, int64_t units) {
@@ -241,10 +237,7 @@ inline bool stream_big(int64_t items, int64_t units) {
 // cost, no gain: whole-sector rows were not what bounded them).
 // JBS_TILE_MAJOR=0/1 forces it off / on for every block size (diagnostics, tests;
 // read at every launch, and by the lowering).
-inline int tile_major_env() {
-  const char* e = std::getenv("JBS_TILE_MAJOR");
-  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
-}
+inline int tile_major_env() { return env_switch("JBS_TILE_MAJOR"); }
 
 template <typename T, int BS>
 bool use_tile_major(const BsmmBlocksArgs& a) {
@@ -307,10 +300,7 @@ cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
 // sized the scratch result for its partials (jbs/_src/lowering.py applies the
 // same rule: keep min_stream_group_reuse in sync). JBS_STREAM_GROUPS=0/1 forces
 // it off / on (diagnostics, tests; read at every launch, and by the lowering).
-inline int stream_groups_env() {
-  const char* e = std::getenv("JBS_STREAM_GROUPS");
-  return e == nullptr || e[0] == 0 ? -1 : (e[0] == '0' ? 0 : 1);
-}
+inline int stream_groups_env() { return env_switch("JBS_STREAM_GROUPS"); }
 
 // Measured on an H100 at N = 32, 12288^2 (benchmarks/NOTES.md, session 8), against
 // the one-column kernel: reuse 4 (bs 16 at 1/2, bs 32 dense) 1.13-1.22x faster;

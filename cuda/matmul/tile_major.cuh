@@ -3,10 +3,12 @@
 // contiguous run instead of `rows` rows of BS * sizeof(T) bytes, in_cols apart.
 //
 // Why: the stream kernel loads one such tile from L2 for every weight block it
-// streams. Row-major, a bf16 tile at BS = 32 is 32 separate 64-byte half lines
-// (BS = 16: 32-byte sectors; BS = 8: 16-byte half sectors), so the L2 serves
-// 2-8x more requests per byte than for the weight blocks next to it, which are
-// contiguous. Tile-major, both are whole lines.
+// streams. Row-major, a bf16 tile at BS = 8 is N rows of 16 bytes: half of every
+// 32-byte sector the L2 delivers is thrown away. Tile-major, the tile is whole
+// sectors and lines. Measured (benchmarks/NOTES.md, session 8, N = 32): bs 8
+// 1.33-1.70x faster, copy included; at bs 16 and 32, whose rows are whole
+// sectors, nothing gained and the copy's ~2 us lost, so the launcher uses it for
+// sub-sector rows only.
 //
 // Layout, per input group g: tiled[g][cb][r][e] = in[g][r][cb * BS + e].
 #pragma once
