@@ -109,15 +109,17 @@ def test_weight_gradient_split_over_rows(rng, dtype):
     np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw_of(x, g)))
 
 
-@pytest.mark.parametrize("wgmma", ["0", "1"])
+@pytest.mark.parametrize("wgmma,ws", [("0", "1"), ("1", "1"), ("1", "0")])
 @pytest.mark.parametrize("bs", [16, 32, 64])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_conv_with_column_groups(rng, monkeypatch, wgmma, bs, dtype):
+def test_conv_with_column_groups(rng, monkeypatch, wgmma, ws, bs, dtype):
     """The implicit-GEMM convolution through the column-group kernels (forced by JBS_GROUPS;
     JBS_WGMMA picks the wgmma one on sm_90 for bf16 and, as tf32, for fp32 at bs 16/32; the
-    mma.sync one otherwise)."""
+    mma.sync one otherwise). JBS_WS=0 runs the wgmma kernel with a CTA barrier per item
+    instead of warp-specialized."""
     monkeypatch.setenv("JBS_GROUPS", "1")
     monkeypatch.setenv("JBS_WGMMA", wgmma)
+    monkeypatch.setenv("JBS_WS", ws)
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, 3, 11, density=0.6), bs, (2, 3), 2,
                                ((1, 0), (2, 0)))
     check_three_ops(rng, conv, (3, 13, 10, 3 * bs), dtype)

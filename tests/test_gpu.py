@@ -193,10 +193,13 @@ def test_small_n_column_groups(rng, monkeypatch, bs, dtype, n):
         assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
 
 
-# JBS_GROUPS / JBS_WGMMA / JBS_PACK settings that force each large-N fwd/dx kernel (the wgmma
-# one reads a packed copy of the activation unless JBS_PACK=0).
-LARGE_N_PATHS = {"one-column": ("0", "0", "1"), "groups-mma-sync": ("1", "0", "1"),
-                 "groups-wgmma": ("1", "1", "1"), "groups-wgmma-row-major": ("1", "1", "0")}
+# JBS_GROUPS / JBS_WGMMA / JBS_PACK / JBS_WS settings that force each large-N fwd/dx kernel (the
+# wgmma one reads a packed copy of the activation unless JBS_PACK=0, and runs warp-specialized
+# unless JBS_WS=0).
+LARGE_N_PATHS = {"one-column": ("0", "0", "1", "1"), "groups-mma-sync": ("1", "0", "1", "1"),
+                 "groups-wgmma": ("1", "1", "1", "1"), "groups-wgmma-row-major": ("1", "1", "0", "1"),
+                 "groups-wgmma-barriers": ("1", "1", "1", "0"),
+                 "groups-wgmma-barriers-row-major": ("1", "1", "0", "0")}
 
 
 @pytest.mark.parametrize("path", sorted(LARGE_N_PATHS))
@@ -211,10 +214,11 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
     # mma.sync group kernel, or at bs 64, which that kernel lacks (two stages would not fit
     # next to its padded rows), the one-column kernel. sm_90 alone has wgmma, so
     # "groups-wgmma" runs the mma.sync group kernel elsewhere: the fallbacks are what is tested)
-    groups, wgmma, pack = LARGE_N_PATHS[path]
+    groups, wgmma, pack, ws = LARGE_N_PATHS[path]
     monkeypatch.setenv("JBS_GROUPS", groups)
     monkeypatch.setenv("JBS_WGMMA", wgmma)
     monkeypatch.setenv("JBS_PACK", pack)
+    monkeypatch.setenv("JBS_WS", ws)
     layout = heavy_column_layout(rng, 11, 13, density=0.5)
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
         bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
@@ -246,3 +250,27 @@ def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
     y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
     dx = jax.jit(pullback)(g)[0]
     _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
+
+
+@pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16),
+                                      (32, jnp.float32)])
+def test_warp_specialized_kernel_matches_the_barrier_kernel_bitwise(rng, monkeypatch, bs, dtype):
+    """The warp-specialized wgmma group kernel adds every product in the same order as the one
+    with a CTA barrier per item, so fwd and dx agree bit for bit (580 rows: three row tiles,
+    the last one partial; a power-law layout with empty block rows and columns, and 40 block
+    rows: more union items per group than the ring has stages, so every stage is refilled)."""
+    monkeypatch.setenv("JBS_GROUPS", "1")
+    monkeypatch.setenv("JBS_WGMMA", "1")
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 40, 10, density=0.45), bs)
+    x = random_array(rng, (580, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (580, bsmm.shape[1]), dtype)
+    results = []
+    for ws in ("0", "1"):
+        monkeypatch.setenv("JBS_WS", ws)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
+        results.append((np.asarray(y), np.asarray(jax.jit(pullback)(g)[0])))
+    W = dense_f64(bsmm, w)
+    assert rel_error(results[1][0], f64(x) @ W) < tolerance(dtype, None)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)

@@ -38,10 +38,11 @@
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
 #include "common/wgmma.cuh"
-#include "conv/gathered_tile.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
 #include "matmul/bsmm_group_kernel.cuh"   // GroupParams
+#include "matmul/group_item_mma.cuh"
+#include "matmul/group_slot_loader.cuh"
 #include "matmul/packed_rows.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
@@ -53,15 +54,17 @@ namespace jbs {
 template <typename T, int BS>
 inline constexpr bool kGroupWgmmaSupported = (kIs16Bit<T> || std::is_same_v<T, float>) && BS >= 16;
 
+// The slot geometry both wgmma group kernels share (this one and
+// bsmm_group_ws_kernel.cuh): a CTA tile of 256 rows x P block columns, two
+// warpgroups of 128 rows, one union item per slot.
 template <typename T, int BS, bool PACKED>
-struct GroupWgmmaConfig {
-  static_assert(kGroupWgmmaSupported<T, BS>, "wgmma group kernel: 16-bit or fp32 types, blocks of 16..64");
+struct GroupWgmmaSlot {
+  static_assert(kGroupWgmmaSupported<T, BS>, "wgmma group kernels: 16-bit or fp32 types, blocks of 16..64");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
   static_assert(kTN == kPackRowTile, "a packed row tile is one contiguous run");
-  static constexpr int kThreads = 256;  // two warpgroups of 128 rows each
   static constexpr int kNT = BS / 8;
-  static constexpr int kKStep = kIs16Bit<T> ? 16 : 8;  // tf32 wgmmas are k8
+  static constexpr int kKStep = kWgmmaKStep<T>;
   static constexpr int kKSteps = BS / kKStep;
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(T));  // E: a core-matrix row
   // Row-major tiles get ldmatrix-friendly padded rows; packed ones are stored as loaded.
@@ -69,6 +72,16 @@ struct GroupWgmmaConfig {
   static constexpr int kBlockElems = BS * BS;
   // A slot holds one union item: its activation tile, then its P weight blocks.
   static constexpr int kSlotElems = kTN * kLdX + kP * kBlockElems;
+  static constexpr int kLdC = 128 + 8;  // the epilogue's staged fp32 rows
+  // wgmma descriptors address 16-byte units; keep every block on a core-matrix (128 B) boundary.
+  static_assert(kSlotElems * sizeof(T) % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
+};
+
+template <typename T, int BS, bool PACKED>
+struct GroupWgmmaConfig : GroupWgmmaSlot<T, BS, PACKED> {
+  using Slot = GroupWgmmaSlot<T, BS, PACKED>;
+  using Slot::kP, Slot::kTN, Slot::kSlotElems, Slot::kLdC;
+  static constexpr int kThreads = 256;  // two warpgroups of 128 rows each
   // Union items per stage (= per barrier and wgmma wait); 32 A registers either
   // way for 16-bit types (fp32: one item, 16 / 32 / 64 A registers at bs 16 / 32 /
   // 64). By itself it moved bs 16 by only +/- 3% (benchmarks/NOTES.md, session 6),
@@ -92,11 +105,8 @@ struct GroupWgmmaConfig {
   static constexpr int kRowInts = kItems * (1 + kP);
   static constexpr int kRowsOffset = kMaskOffset + kStages * kItems * 4;
   static_assert(kRowInts <= kThreads, "one thread per table int");
-  static constexpr int kLdC = 128 + 8;
   static constexpr int kEpilogueBytes = 128 * kLdC * 4;  // one warpgroup's rows at a time
   static constexpr int kSmemBytes = cmax(kRowsOffset + 2 * kRowInts * 4, kEpilogueBytes);
-  // wgmma descriptors address 16-byte units; keep every block on a core-matrix (128 B) boundary.
-  static_assert(kSlotElems * sizeof(T) % 128 == 0 && (kTN * kLdX * sizeof(T)) % 128 == 0, "core matrix alignment");
 };
 
 template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
@@ -119,8 +129,8 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   constexpr bool kTransposeW = !TRANS && !kIs16Bit<T>;
   const int32_t* const items = p.group_items;  // row j: [input block, block of column 0..P-1]
 
-  GatheredTile<T, kTN, BS, Cfg::kThreads> gathered;
-  if constexpr (GATHER) gathered.init(p.gather, cta.n0, p.rows, tid);
+  GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kThreads> loader;
+  loader.init(p, cta, tid);
 
   // An iteration takes kItems union items (one stage): the barrier, the wait for
   // the wgmmas and the loop overhead are paid once per stage.
@@ -151,68 +161,8 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     if (tid < kRowInts) row_buf[buf * kRowInts + tid] = prefetched;
   };
   auto load_slot = [&](T* xs, const int* r) {
-    T* ws = xs + kTN * Cfg::kLdX;
-    const int input = r[0];
-    if (input >= 0) {
-      if constexpr (GATHER) {
-        gathered.load(xs, Cfg::kLdX, cta.in_group, p.in_cols, p.gather, input, tid);
-      } else if constexpr (PACKED) {
-        // One contiguous run of kTN * BS elements, zero-padded past the last row.
-        const T* src = cta.in_group + (static_cast<int64_t>(input) * p.packed_rows + cta.n0) * BS;
-        constexpr int kE = Cfg::kChunkElems;
-        static_assert(kTN * BS / kE % Cfg::kThreads == 0, "whole 16-byte copies per thread");
-#pragma unroll
-        for (int k = 0; k < kTN * BS / kE / Cfg::kThreads; ++k) {
-          const int idx = tid + k * Cfg::kThreads;
-          cp_async_16(xs + idx * kE, src + idx * kE, 16);
-        }
-      } else {
-        load_tile_async<T, kTN, BS, Cfg::kThreads>(xs, Cfg::kLdX, cta.in + static_cast<int64_t>(input) * BS,
-                                                   p.in_cols, cta.valid_rows, tid);
-      }
-    }
-    // Present weight blocks in core-matrix order; a 16-byte chunk is one core-matrix row.
-    // (A trip count known at compile time: `idx = tid; idx < kChunks; idx += kThreads`
-    // compiled to a generic loop with its divisions on every item.)
-    constexpr int kE = Cfg::kChunkElems;
-    constexpr int kChunksPerRow = BS / kE;
-    if constexpr (kTransposeW) {
-      // Element (r, c) goes where (c, r) sits in the layout above. A warp copies 4 rows
-      // x 8 columns: 32 B runs from global, and its 32 stores land in 32 distinct banks.
-      constexpr int kWarpUnits = BS / 4 * (BS / 8);  // per block
-      static_assert(kWarpUnits % (Cfg::kThreads / 32) == 0, "whole units per warp and block");
-      const int row_lo = lane >> 3;
-      const int col_lo = lane & 7;
-#pragma unroll
-      for (int c = 0; c < kP; ++c) {
-        const int block = r[1 + c];
-        if (block < 0) continue;
-        const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + row_lo * BS + col_lo;
-        T* dst = ws + c * Cfg::kBlockElems + col_lo * kE + row_lo;
-#pragma unroll
-        for (int k = 0; k < kWarpUnits / (Cfg::kThreads / 32); ++k) {
-          const int unit = (tid >> 5) + k * (Cfg::kThreads / 32);
-          const int r_hi = unit / (BS / 8);
-          const int c_hi = unit % (BS / 8);
-          cp_async_4(dst + (c_hi * kChunksPerRow + r_hi) * 8 * kE, src + r_hi * 4 * BS + c_hi * 8);
-        }
-      }
-    } else {
-      constexpr int kChunks = kP * BS * kChunksPerRow;
-      static_assert(kChunks % Cfg::kThreads == 0, "whole chunks per thread");
-#pragma unroll
-      for (int k = 0; k < kChunks / Cfg::kThreads; ++k) {
-        const int idx = tid + k * Cfg::kThreads;
-        const int c = idx / (BS * kChunksPerRow);
-        const int r_in = (idx / kChunksPerRow) % BS;
-        const int cc = idx % kChunksPerRow;
-        const int block = r[1 + c];
-        if (block < 0) continue;
-        const T* src = cta.w + static_cast<int64_t>(block) * Cfg::kBlockElems + r_in * BS + cc * kE;
-        T* dst = ws + c * Cfg::kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 8 * kE + (r_in & 7) * kE;
-        cp_async_16(dst, src, 16);
-      }
-    }
+    if (r[0] >= 0) loader.load_activation(xs, r[0], p, cta, tid);
+    loader.load_weights(xs + kTN * Cfg::kLdX, [&](int c) { return r[1 + c]; }, cta.w, tid);
   };
   auto load_stage = [&](int stage, const int* rows) {
 #pragma unroll
@@ -242,13 +192,6 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   publish_rows(0);  // read at iteration 0, after its barrier
   prefetch_rows(Cfg::kAhead + 1);
 
-  // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/E wide.
-  constexpr uint32_t kCoreRow = BS / Cfg::kChunkElems * 128;
-  constexpr uint32_t kLbo = kBKMajor ? 128 : kCoreRow;  // next core matrix along k
-  constexpr uint32_t kSbo = kBKMajor ? kCoreRow : 128;  // next core matrix along n
-  // One k-step further: two core matrices along k (K-major), two rows of them (N-major).
-  constexpr int kKStepElems = kBKMajor ? 2 * 8 * Cfg::kChunkElems : 2 * (BS / 8) * 64;
-
   const int row_in_wg = (warp & 3) * 16;  // this warp's 16 rows of each m64 half
   float acc[2][kP][1][Cfg::kNT][4] = {};
   int read_stage = 0;
@@ -266,44 +209,17 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
     // Every slot's A fragments first: a wgmma in flight may still read the
     // registers of its own slot, so no slot's are rewritten before the wait.
     uint32_t a[kItems][2][Cfg::kKSteps][1][4];
-    uint32_t unused[1][4];
 #pragma unroll
     for (int u = 0; u < kItems; ++u) {
-      const T* xs = smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-          const int m0 = wg * 128 + h * 64 + row_in_wg;
-          if constexpr (PACKED) {  // the fragment as stored: one conflict-free 16-byte load per lane
-            const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * Cfg::kKSteps + ks) * kFragmentElems<T> +
-                                                            lane * Cfg::kChunkElems);
-            a[u][h][ks][0][0] = v.x;
-            a[u][h][ks][0][1] = v.y;
-            a[u][h][ks][0][2] = v.z;
-            a[u][h][ks][0][3] = v.w;
-          } else {
-            load_a_rows<T, 1, Cfg::kKStep, false>(a[u][h][ks], unused, xs, Cfg::kLdX, m0, ks * Cfg::kKStep, lane);
-          }
-        }
-      }
+      load_item_fragments<T, BS, Cfg::kLdX, PACKED>(a[u], smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems,
+                                                    wg * 128 + row_in_wg, lane);
     }
     wgmma_fence();
 #pragma unroll
     for (int u = 0; u < kItems; ++u) {
       const unsigned present = static_cast<unsigned>(masks[read_stage * kItems + u]);  // CTA-uniform
-      const T* ws = smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems + kTN * Cfg::kLdX;
-#pragma unroll
-      for (int c = 0; c < kP; ++c) {
-        if (present & (1u << c)) {
-#pragma unroll
-          for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-            const uint64_t desc = wgmma_desc(ws + c * Cfg::kBlockElems + ks * kKStepElems, kLbo, kSbo);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, kBKMajor ? 0 : 1>(acc[h][c][0], a[u][h][ks][0], desc);
-          }
-        }
-      }
+      issue_item_wgmmas<T, BS, kBKMajor>(
+          acc, a[u], smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems + kTN * Cfg::kLdX, present);
     }
     wgmma_commit();
     wgmma_wait<0>();

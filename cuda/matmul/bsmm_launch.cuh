@@ -14,6 +14,7 @@
 #include "matmul/bsmm_dw_kernel.cuh"
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
+#include "matmul/bsmm_group_ws_kernel.cuh"
 #include "matmul/bsmm_stream_group_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
 #include "matmul/packed_rows.cuh"
@@ -138,8 +139,8 @@ cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
 // 1.21 1.67x / 1.37x / 1.08x faster; bs 16 4.0 / 2.22 1.27x / 1.13x, 1.52 21% slower;
 // bs 64 (two stages) 1.33 / 1.14 / 1.07 1.88x / 1.76x / 1.48x.
 // The implicit-GEMM conv, whose gathered activations mostly
-// hit in L2 anyway, gains only at bs 16 and reuse 4 (1.5x); at bs 32 it loses
-// at every density. JBS_WGMMA=0/1 forces it off/on where it can run;
+// hit in L2 anyway, gained only at bs 16 and reuse 4 (1.5x) in session 4; session 9's
+// figures are at min_wgmma_reuse. JBS_WGMMA=0/1 forces it off/on where it can run;
 // JBS_GROUPS=0 turns every group kernel off, JBS_GROUPS=1 forces a group
 // kernel: this one where it can run, else the mma.sync one (use_groups).
 inline int wgmma_env() { return env_switch("JBS_WGMMA"); }
@@ -147,7 +148,11 @@ inline int wgmma_env() { return env_switch("JBS_WGMMA"); }
 inline constexpr int64_t kWgmmaMinRows = 512;
 
 inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
-  if (gathered) return bs == 16 && !tf32 ? 3.0 : 1e9;  // fp32 convs: not measured, never by default
+  // Convs (session 9, 3x3, 320 channels, bf16): at bs 16 reuse 2.22 (density 1/4) the
+  // warp-specialized kernel is 1.28x faster than the one-column one, 1.52 even; at bs 32
+  // reuse 2.13 (1/2) the barrier kernel is 1.10x faster, 1.46 1.27x slower. fp32 convs:
+  // not measured, never by default.
+  if (gathered) return !tf32 && bs <= 32 ? 2.0 : 1e9;
   if (tf32) return bs == 64 ? 1.0 : (bs == 32 ? 1.15 : 2.0);
   return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
 }
@@ -186,6 +191,39 @@ bool use_packed_rows(const BsmmBlocksArgs& a) {
          a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols, sizeof(T));
 }
 
+// Whether the wgmma group kernel runs warp-specialized (bsmm_group_ws_kernel.cuh:
+// a producer warpgroup and mbarriers instead of CTA-wide barriers per item).
+// Taken where it measured faster (H100, benchmarks/NOTES.md session 9, same calls):
+// 8192^3 fwd bf16 bs 32 1.07-1.09x, bs 64 1.08x at 1/2 (even at 1/8), fp32 bs 16 1.60x
+// at 1/2 (even at 1/8); the conv (3x3, 320 channels) at bs 16 1.04-1.06x. It was
+// slower for 16-bit types at bs 16 (3-6%) and for the conv at bs 32 (10%), and even
+// for fp32 at bs 32 (within 1%). JBS_WS=0/1 forces it off/on where its registers
+// suffice (kGroupWsSupported).
+inline int ws_env() { return env_switch("JBS_WS"); }
+
+template <typename T, int BS, bool GATHER>
+bool use_warp_specialized() {
+  if constexpr (kGroupWsSupported<T, BS, GATHER>) {
+    if (ws_env() >= 0) return ws_env() == 1;
+    return GATHER ? BS == 16 : (kIs16Bit<T> ? BS >= 32 : BS == 16);
+  }
+  return false;
+}
+
+template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
+cudaError_t launch_wgmma_kernel(const GroupParams& p, dim3 grid, cudaStream_t stream) {
+  if constexpr (kGroupWsSupported<T, BS, GATHER>) {
+    if (use_warp_specialized<T, BS, GATHER>()) {
+      using Cfg = GroupWsConfig<T, BS, PACKED, GATHER>;
+      return launch_kernel(bsmm_group_ws_kernel<T, BS, TRANS, GATHER, PACKED>, grid, dim3(Cfg::kThreads),
+                           Cfg::kSmemBytes, stream, p);
+    }
+  }
+  using Cfg = GroupWgmmaConfig<T, BS, PACKED>;
+  return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, GATHER, PACKED>, grid, dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
+}
+
 template <typename T, int BS, bool TRANS, bool GATHER>
 cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if constexpr (kGroupWgmmaSupported<T, BS>) {
@@ -201,14 +239,10 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
         p.in = packed;
         p.packed_rows = packed_rows_host(a.rows);
         p.in_group_stride = a.in_group_stride == 0 ? 0 : p.packed_rows * a.in_cols;
-        using Cfg = GroupWgmmaConfig<T, BS, true>;
-        return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, false, true>, grid,
-                             dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+        return launch_wgmma_kernel<T, BS, TRANS, false, true>(p, grid, stream);
       }
     }
-    using Cfg = GroupWgmmaConfig<T, BS, false>;
-    return launch_kernel(bsmm_group_wgmma_kernel<T, BS, TRANS, GATHER, false>, grid, dim3(Cfg::kThreads),
-                         Cfg::kSmemBytes, stream, p);
+    return launch_wgmma_kernel<T, BS, TRANS, GATHER, false>(p, grid, stream);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_group_wgmma() is false for these
   }

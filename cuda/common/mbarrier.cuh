@@ -1,0 +1,106 @@
+// Shared-memory mbarriers and the other pieces of a warp-specialized pipeline
+// (sm_90): producer threads fill a ring of stages, consumer threads wait for a
+// stage's "full" barrier, use it, and arrive on its "empty" barrier.
+//
+// Phases: a barrier completes a phase when its expected arrivals have come;
+// mbarrier_wait(bar, parity) returns once the phase of that parity is complete.
+// A fresh barrier counts as having completed the phase of parity 1, so a
+// producer that waits on "empty" with parity (round & 1) ^ 1 passes its first
+// round without any consumer arrival.
+//
+// cp.async completion: cp_async_arrive_noinc(bar) makes the barrier count one
+// arrival once every cp.async this thread issued before it has landed. Such an
+// arrival is one of the barrier's expected arrivals (.noinc), so a barrier fed by
+// N producer threads is initialised with (at least) N.
+#pragma once
+
+#include <cstdint>
+
+#include "common/ptx.cuh"  // smem_u32
+
+namespace jbs {
+
+// try_wait.parity and the sm_90 kernels that use these need sm_90; elsewhere
+// (the sm_80 build) the helpers compile to a trap: no launcher picks those
+// kernels there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define JBS_MBARRIER_AVAILABLE 1
+#endif
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Makes initialised barriers visible to the other threads (and to the async
+// proxy that cp.async's arrivals come from); a CTA barrier must follow.
+__device__ __forceinline__ void mbarrier_init_fence() {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// A plain arrival (release: this thread's earlier writes are visible to whoever
+// then completes a wait on the phase).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Spins until the phase of the given parity is complete (acquire).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  const uint32_t addr = smem_u32(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
+  __trap();
+#endif
+}
+
+// A barrier among `count` threads (whole warps) of the CTA, id 1..15 (0 is
+// __syncthreads'), for when only some warps take part.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Moves registers between warpgroups (sm_90a): every warp of a warpgroup runs
+// the same one. The producers give theirs up so the consumers can hold their
+// accumulators and two items' A fragments without spilling.
+template <int REGS>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+
+template <int REGS>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+
+}  // namespace jbs

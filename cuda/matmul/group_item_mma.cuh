@@ -1,0 +1,77 @@
+// One union item's tensor-core work in the wgmma column-group kernels
+// (bsmm_group_wgmma_kernel.cuh, bsmm_group_ws_kernel.cuh), for one warpgroup
+// that owns 128 rows of the 256-row tile as two m64 halves:
+//  * load_item_fragments: its A fragments of the item's activation tile, every
+//    k-step (PACKED: one conflict-free 16-byte shared load per lane, the tile
+//    being stored in fragment order, matmul/packed_rows.cuh; otherwise
+//    ldmatrix, or scalar loads rounded to tf32, from row-major rows of LDX).
+//  * issue_item_wgmmas: for every present block column, one m64 x BS wgmma per
+//    k-step and half, B read from the slot's core-matrix blocks
+//    (matmul/group_slot_loader.cuh) K-major (dx, tf32) or N-major (16-bit fwd).
+// The caller fences, commits and waits (common/wgmma.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.cuh"
+#include "common/wgmma.cuh"
+#include "matmul/packed_rows.cuh"
+#include "matmul/warp_mma.cuh"
+
+namespace jbs {
+
+template <typename T>
+inline constexpr int kWgmmaKStep = kIs16Bit<T> ? 16 : 8;  // tf32 wgmmas are k8
+
+// m_base: the warpgroup's first row plus this warp's 16-row offset (warp % 4 * 16).
+template <typename T, int BS, int LDX, bool PACKED>
+__device__ __forceinline__ void load_item_fragments(uint32_t (&a)[2][BS / kWgmmaKStep<T>][1][4], const T* xs,
+                                                    int m_base, int lane) {
+  constexpr int kKStep = kWgmmaKStep<T>;
+  constexpr int kKSteps = BS / kKStep;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const int m0 = m_base + h * 64;
+      if constexpr (PACKED) {
+        const uint4 v = *reinterpret_cast<const uint4*>(xs + ((m0 / 16) * kKSteps + ks) * kFragmentElems<T> +
+                                                        lane * (16 / static_cast<int>(sizeof(T))));
+        a[h][ks][0][0] = v.x;
+        a[h][ks][0][1] = v.y;
+        a[h][ks][0][2] = v.z;
+        a[h][ks][0][3] = v.w;
+      } else {
+        uint32_t unused[1][4];
+        load_a_rows<T, 1, kKStep, false>(a[h][ks], unused, xs, LDX, m0, ks * kKStep, lane);
+      }
+    }
+  }
+}
+
+// present: bit c set when block column c has a block for this item (CTA-uniform).
+template <typename T, int BS, bool B_KMAJOR>
+__device__ __forceinline__ void issue_item_wgmmas(float (&acc)[2][128 / BS][1][BS / 8][4],
+                                                  const uint32_t (&a)[2][BS / kWgmmaKStep<T>][1][4], const T* ws,
+                                                  unsigned present) {
+  constexpr int kE = 16 / static_cast<int>(sizeof(T));  // elements per core-matrix row
+  // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/E wide.
+  constexpr uint32_t kCoreRow = BS / kE * 128;
+  constexpr uint32_t kLbo = B_KMAJOR ? 128 : kCoreRow;  // next core matrix along k
+  constexpr uint32_t kSbo = B_KMAJOR ? kCoreRow : 128;  // next core matrix along n
+  // One k-step further: two core matrices along k (K-major), two rows of them (N-major).
+  constexpr int kKStepElems = B_KMAJOR ? 2 * 8 * kE : 2 * (BS / 8) * 64;
+#pragma unroll
+  for (int c = 0; c < 128 / BS; ++c) {
+    if (present & (1u << c)) {
+#pragma unroll
+      for (int ks = 0; ks < BS / kWgmmaKStep<T>; ++ks) {
+        const uint64_t desc = wgmma_desc(ws + c * BS * BS + ks * kKStepElems, kLbo, kSbo);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wgmma_rs<T, BS, B_KMAJOR ? 0 : 1>(acc[h][c][0], a[h][ks][0], desc);
+      }
+    }
+  }
+}
+
+}  // namespace jbs
