@@ -148,11 +148,11 @@ inline int wgmma_env() { return env_switch("JBS_WGMMA"); }
 inline constexpr int64_t kWgmmaMinRows = 512;
 
 inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
-  // Convs (session 9, 3x3, 320 channels, bf16): at bs 16 reuse 2.22 (density 1/4) the
-  // warp-specialized kernel is 1.28x faster than the one-column one, 1.52 even; at bs 32
-  // reuse 2.13 (1/2) the barrier kernel is 1.10x faster, 1.46 1.27x slower. fp32 convs:
-  // not measured, never by default.
-  if (gathered) return !tf32 && bs <= 32 ? 2.0 : 1e9;
+  // Convs (session 9, 3x3, 320 channels, bf16, the bench's random layouts): at bs 16
+  // reuse 2.04 (density 1/4) this kernel is 1.21x faster than the one-column one, 1.56
+  // (1/8) even; at bs 32 reuse 1.92 (1/2) 1.10x faster, 1.39 (1/4) 1.27x slower. fp32
+  // convs: not measured, never by default.
+  if (gathered) return !tf32 && bs <= 32 ? 1.75 : 1e9;
   if (tf32) return bs == 64 ? 1.0 : (bs == 32 ? 1.15 : 2.0);
   return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
 }
@@ -193,20 +193,17 @@ bool use_packed_rows(const BsmmBlocksArgs& a) {
 
 // Whether the wgmma group kernel runs warp-specialized (bsmm_group_ws_kernel.cuh:
 // a producer warpgroup and mbarriers instead of CTA-wide barriers per item).
-// Taken where it measured faster (H100, benchmarks/NOTES.md session 9, same calls):
-// 8192^3 fwd bf16 bs 32 1.07-1.09x, bs 64 1.08x at 1/2 (even at 1/8), fp32 bs 16 1.60x
-// at 1/2 (even at 1/8); the conv (3x3, 320 channels) at bs 16 1.04-1.06x. It was
-// slower for 16-bit types at bs 16 (3-6%) and for the conv at bs 32 (10%), and even
-// for fp32 at bs 32 (within 1%). JBS_WS=0/1 forces it off/on where its registers
-// suffice (kGroupWsSupported).
+// Opt-in (JBS_WS=1, where its registers suffice: kGroupWsSupported) until its speed is
+// understood: in session 9's first calls it measured faster than the barrier kernel
+// (8192^3 fwd bf16 bs 32 1.07-1.09x, bs 64 1.08x at 1/2, fp32 bs 16 1.60x, the 3x3 conv
+// at bs 16 1.04-1.06x); after a refactor that left every register and spill count
+// unchanged, the same comparison in one call gave bf16 bs 16 / 32 / 64 0.74x / 0.92x /
+// 1.00x, fp32 bs 16 / 32 1.26x / 0.88x, conv bs 16 0.89x (benchmarks/NOTES.md, session 9).
 inline int ws_env() { return env_switch("JBS_WS"); }
 
 template <typename T, int BS, bool GATHER>
 bool use_warp_specialized() {
-  if constexpr (kGroupWsSupported<T, BS, GATHER>) {
-    if (ws_env() >= 0) return ws_env() == 1;
-    return GATHER ? BS == 16 : (kIs16Bit<T> ? BS >= 32 : BS == 16);
-  }
+  if constexpr (kGroupWsSupported<T, BS, GATHER>) return ws_env() == 1;
   return false;
 }
 
