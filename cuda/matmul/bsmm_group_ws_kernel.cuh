@@ -25,8 +25,8 @@
 // result is bitwise deterministic (and equal to bsmm_group_wgmma_kernel's).
 //
 // Status (benchmarks/NOTES.md, session 9): opt-in through JBS_WS=1. It measured
-// 1.07-1.09x faster than the barrier kernel at bs 32/64 once, then 0.74-1.00x
-// after a refactor that changed no register or spill count; only fp32 at bs 16
+// 1.07-1.09x faster than the barrier kernel at bs 32/64 in two calls, then
+// 0.74-1.00x in two later ones with practically the same PTX; only fp32 at bs 16
 // stayed faster (1.26-1.60x). The 8192^3 cases it was meant for move ~4.4 TB/s
 // from L2, so the feed, not the control, is what bounds them.
 #pragma once

@@ -196,21 +196,15 @@ bool use_packed_rows(const BsmmBlocksArgs& a) {
 // Opt-in (JBS_WS=1, where its registers suffice: kGroupWsSupported) until its speed is
 // understood: in session 9's first calls it measured faster than the barrier kernel
 // (8192^3 fwd bf16 bs 32 1.07-1.09x, bs 64 1.08x at 1/2, fp32 bs 16 1.60x, the 3x3 conv
-// at bs 16 1.04-1.06x); after a refactor that left every register and spill count
-// unchanged, the same comparison in one call gave bf16 bs 16 / 32 / 64 0.74x / 0.92x /
+// at bs 16 1.04-1.06x); in later calls, with a build whose PTX differs from the first by
+// one branch, the same comparison in one call gave bf16 bs 16 / 32 / 64 0.74x / 0.92x /
 // 1.00x, fp32 bs 16 / 32 1.26x / 0.88x, conv bs 16 0.89x (benchmarks/NOTES.md, session 9).
 inline int ws_env() { return env_switch("JBS_WS"); }
-
-template <typename T, int BS, bool GATHER>
-bool use_warp_specialized() {
-  if constexpr (kGroupWsSupported<T, BS, GATHER>) return ws_env() == 1;
-  return false;
-}
 
 template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
 cudaError_t launch_wgmma_kernel(const GroupParams& p, dim3 grid, cudaStream_t stream) {
   if constexpr (kGroupWsSupported<T, BS, GATHER>) {
-    if (use_warp_specialized<T, BS, GATHER>()) {
+    if (ws_env() == 1) {
       using Cfg = GroupWsConfig<T, BS, PACKED, GATHER>;
       return launch_kernel(bsmm_group_ws_kernel<T, BS, TRANS, GATHER, PACKED>, grid, dim3(Cfg::kThreads),
                            Cfg::kSmemBytes, stream, p);
