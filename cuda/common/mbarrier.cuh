@@ -20,19 +20,15 @@
 
 namespace jbs {
 
-// try_wait.parity and the sm_90 kernels that use these need sm_90; elsewhere
-// (the sm_80 build) the helpers compile to a trap: no launcher picks those
-// kernels there.
+// fence.mbarrier_init and try_wait.parity need sm_90; in the sm_80 build those
+// two compile to a trap (no launcher picks the kernels that use them there). The
+// other helpers are sm_80 instructions.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define JBS_MBARRIER_AVAILABLE 1
 #endif
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
-#ifdef JBS_MBARRIER_AVAILABLE
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-#else
-  __trap();
-#endif
 }
 
 // Makes initialised barriers visible to the other threads (and to the async
@@ -48,19 +44,11 @@ __device__ __forceinline__ void mbarrier_init_fence() {
 // A plain arrival (release: this thread's earlier writes are visible to whoever
 // then completes a wait on the phase).
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-#ifdef JBS_MBARRIER_AVAILABLE
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-#else
-  __trap();
-#endif
 }
 
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
-#ifdef JBS_MBARRIER_AVAILABLE
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-#else
-  __trap();
-#endif
 }
 
 // Spins until the phase of the given parity is complete (acquire).
