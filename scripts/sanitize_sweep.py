@@ -3,7 +3,10 @@ dtype and op on awkward layouts (empty rows and columns, a heavy column), N not 
 (small-N and large-N paths), and the implicit-GEMM convolution: strided and padded, transposed,
 and a weight gradient whose rows are split over several CTAs; long block rows for the
 small-N weight gradient's x-tile reuse; a tall layout whose column groups the small-N group
-kernel cuts into slices. Environment settings (JBS_STREAM_GROUPS, JBS_WGMMA, ...) pick paths."""
+kernel cuts into slices; a wide layout whose groups the warp-specialized small-N kernel
+splits over CTAs. Environment settings (JBS_STREAM_GROUPS, JBS_WGMMA, ...) pick paths."""
+
+import os
 
 import numpy as np
 import jax
@@ -11,6 +14,9 @@ import jax.numpy as jnp
 
 import jbs
 
+# SWEEP_SMALL_N_ONLY=1: only the small-N cases (N <= 64), e.g. to check a small-N kernel
+# within a short sanitizer run.
+SMALL_N_ONLY = os.environ.get("SWEEP_SMALL_N_ONLY", "") == "1"
 rng = np.random.default_rng(0)
 for bs in (8, 16, 32, 64):
     for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
@@ -19,7 +25,7 @@ for bs in (8, 16, 32, 64):
         layout[:, 2] = False
         layout[:, 0] = True
         bsmm = jbs.BlockSparseMatMul(layout, bs)
-        for n in (1, 37, 300):
+        for n in ((1, 37) if SMALL_N_ONLY else (1, 37, 300)):
             x = jnp.asarray(rng.standard_normal((n, bsmm.shape[0])), dtype)
             w = jnp.asarray(rng.standard_normal(bsmm.w_shape), dtype)
             g = jnp.asarray(rng.standard_normal((n, bsmm.shape[1])), dtype)
@@ -37,6 +43,18 @@ for bs in (8, 16, 32, 64):
         x = jnp.asarray(rng.standard_normal((37, tall.shape[0])), dtype)
         w = jnp.asarray(rng.standard_normal(tall.w_shape), dtype)
         jax.block_until_ready(jax.vjp(tall, x, w)[1](jnp.ones((37, tall.shape[1]), dtype)))
+        # Wide, with two empty column groups: the warp-specialized small-N kernel
+        # (JBS_STREAM_WS=1) cuts the union items of 20 groups over ~132 CTAs, so every group
+        # is summed from pieces, more items than its ring has stages refill each stage, and
+        # the empty groups are written as zeros.
+        wide_layout = rng.random((40, 20 * 128 // bs)) < 0.4
+        wide_layout[:, 2 * 128 // bs:4 * 128 // bs] = False
+        wide = jbs.BlockSparseMatMul(wide_layout, bs)
+        x_wide = jnp.asarray(rng.standard_normal((37, wide.shape[0])), dtype)
+        w_wide = jnp.asarray(rng.standard_normal(wide.w_shape), dtype)
+        jax.block_until_ready(jax.vjp(wide, x_wide, w_wide)[1](jnp.ones((37, wide.shape[1]), dtype)))
+        if SMALL_N_ONLY:
+            continue
         # The same at 300 rows: the large-N group kernels walk more union items than their
         # rings have stages, so every stage is refilled (the warp-specialized kernel's
         # producer then waits for the consumers' releases).

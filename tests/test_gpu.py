@@ -168,15 +168,23 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
     _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
 
 
+# JBS_STREAM_WS / JBS_STREAM_GROUPS settings that force each small-N column-group kernel (the
+# warp-specialized one exists on sm_90 only; elsewhere its case runs the fallback).
+SMALL_N_GROUP_PATHS = {"barriers": ("0", "1"), "warp-specialized": ("1", "0")}
+
+
+@pytest.mark.parametrize("path", sorted(SMALL_N_GROUP_PATHS))
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 29, 64])
-def test_small_n_column_groups(rng, monkeypatch, bs, dtype, n):
-    """The small-N column-group kernel (JBS_STREAM_GROUPS=1 forces it): fwd and dx over a
-    power-law layout with an empty row and column, a partial last group (bs 32: 9 columns in
-    groups of 4), enough union items per group to be cut into several slices whose partials
-    are summed by the last to arrive, and under vmap over stacked weights."""
-    monkeypatch.setenv("JBS_STREAM_GROUPS", "1")
+def test_small_n_column_groups(rng, monkeypatch, path, bs, dtype, n):
+    """The small-N column-group kernels (forced by JBS_STREAM_WS / JBS_STREAM_GROUPS): fwd and
+    dx over a power-law layout with an empty row and column, a partial last group (bs 32: 9
+    columns in groups of 4), enough union items per group to be cut into several pieces whose
+    partials are summed by the last to arrive, and under vmap over stacked weights."""
+    ws, groups = SMALL_N_GROUP_PATHS[path]
+    monkeypatch.setenv("JBS_STREAM_WS", ws)
+    monkeypatch.setenv("JBS_STREAM_GROUPS", groups)
     layout = heavy_column_layout(rng, 70, 9 * max(1, 32 // bs), density=0.5)
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
         bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
@@ -191,6 +199,36 @@ def test_small_n_column_groups(rng, monkeypatch, bs, dtype, n):
             assert rel_error(y[b], f64(x) @ W) < tolerance(dtype, precision)
             dx_ref = dx_ref + f64(g[b]) @ W.T
         assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
+
+
+@pytest.mark.parametrize("bs", [8, 32, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [3, 32])
+def test_small_n_warp_specialized_edge_layouts(rng, monkeypatch, bs, dtype, n):
+    """The warp-specialized small-N kernel on layouts that stress its work split: whole column
+    groups without a block (written as zeros), a single block (fewer entries than CTAs), and a
+    wide layout whose groups are each cut over several CTAs; results repeat bit for bit."""
+    monkeypatch.setenv("JBS_STREAM_WS", "1")
+    width = 128 // bs
+    wide = rng.random((40, 20 * width)) < 0.4
+    wide[:, 2 * width:4 * width] = False  # groups 2 and 3 empty
+    wide[:, -1] = True
+    single = np.zeros((3, 3 * width), bool)
+    single[1, width + 1] = True
+    for layout in (wide, single):
+        bsmm = jbs.BlockSparseMatMul(layout, bs)
+        x = random_array(rng, (n, bsmm.shape[0]), dtype)
+        w = random_array(rng, bsmm.w_shape, dtype)
+        g = random_array(rng, (n, bsmm.shape[1]), dtype)
+        run = jax.jit(lambda x, w, g: (bsmm(x, w), jax.vjp(bsmm, x, w)[1](g)[0]))
+        y, dx = run(x, w, g)
+        W = dense_f64(bsmm, w)
+        assert rel_error(y, f64(x) @ W) < tolerance(dtype)
+        assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype)
+        empty_columns = np.repeat(~layout.any(axis=0), bs)
+        assert not np.any(np.asarray(y, np.float32)[:, empty_columns])
+        y2, dx2 = run(x, w, g)
+        assert np.array_equal(np.asarray(y2), np.asarray(y)) and np.array_equal(np.asarray(dx2), np.asarray(dx))
 
 
 # JBS_GROUPS / JBS_WGMMA / JBS_PACK / JBS_WS settings that force each large-N fwd/dx kernel (the

@@ -216,3 +216,26 @@ def test_small_n_scratch_sizes_the_column_group_partials(monkeypatch, block_size
         3, rows, block_size, t.fwd_items.shape[0], t.fwd_group_offsets, t.fwd_group_items)
     assert size(29) == (4 + 3 * 2 * 32 * 128 if room else 0)
     assert size(65) == 0
+
+
+@pytest.mark.parametrize("itemsize,block_size,density,setting,room", [
+    (4, 32, 1.0, "", True), (4, 32, 0.2, "", False), (2, 32, 1.0, "", False), (4, 16, 1.0, "", False),
+    (2, 8, 0.2, "1", True), (4, 32, 1.0, "0", False)])
+def test_small_n_scratch_sizes_the_warp_specialized_partials(monkeypatch, itemsize, block_size, density,
+                                                             setting, room):
+    """Small N: the scratch rule of the warp-specialized group kernel
+    (cuda/matmul/bsmm_stream_ws_kernel.cuh): 4 counters per group and weight group (padded to
+    4), then num_groups + 264 partial slots of row tile x 128 fp32, by default for fp32 at bs 32
+    where each activation tile feeds >= 2 blocks, at any reuse with JBS_STREAM_WS=1; nothing
+    with JBS_STREAM_WS=0, elsewhere by default, or at large N."""
+    from jbs._src import tables as tables_lib
+
+    monkeypatch.setenv("JBS_STREAM_WS", setting)
+    layout = np.random.default_rng(0).random((70, 3 * 128 // block_size)) < density
+    layout[:, 0] = True
+    t = tables_lib.tables_for(layout, block_size)
+    size = lambda rows: lowering._stream_ws_scratch_floats(
+        2, rows, itemsize, block_size, t.fwd_items.shape[0], t.fwd_group_offsets, t.fwd_group_items)
+    assert size(29) == (24 + 2 * (3 + 264) * 32 * 128 if room else 0)
+    assert size(9) == (24 + 2 * (3 + 264) * 16 * 128 if room else 0)
+    assert size(65) == 0

@@ -16,6 +16,7 @@
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
 #include "matmul/bsmm_stream_group_kernel.cuh"
+#include "matmul/bsmm_stream_ws_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
 #include "matmul/packed_rows.cuh"
 #include "matmul/tile_major.cuh"
@@ -308,10 +309,7 @@ cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
     p.counters = static_cast<int*>(a.scratch);
     p.partials = static_cast<float*>(a.scratch) + counters;
     const int64_t count = a.groups * a.n_split;
-    const int64_t blocks = (count + 255) / 256;
-    zero_split_counters_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, stream>>>(
-        p.counters, count);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = launch_zero_counters(p.counters, count, stream);
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>(a.num_chunks), static_cast<unsigned>(a.groups));
@@ -358,16 +356,78 @@ cudaError_t launch_stream_group_variant(const BsmmBlocksArgs& a, cudaStream_t st
   p.counters = static_cast<int*>(a.scratch);
   p.partials = static_cast<float*>(a.scratch) + (tiles + 3) / 4 * 4;
   if (p.slices > 1) {
-    const int64_t blocks = (tiles + 255) / 256;
-    zero_split_counters_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, stream>>>(
-        p.counters, tiles);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = launch_zero_counters(p.counters, tiles, stream);
     if (err != cudaSuccess) return err;
   }
   // use_stream_groups checked num_groups * 16 < 2^31; the handlers, groups <= 65535.
   const dim3 grid(static_cast<unsigned>(a.num_groups * p.slices), static_cast<unsigned>(a.groups));
   return launch_kernel(bsmm_stream_group_kernel<T, BS, TRANS, TN, PRECISE>, grid, dim3(Cfg::kThreads),
                        Cfg::kSmemBytes, stream, p);
+}
+
+// Whether the warp-specialized small-N group kernel (bsmm_stream_ws_kernel.cuh)
+// serves this call: sm_90 only (mbarrier waits), when the lowering reserved its
+// scratch (jbs/_src/lowering.py: _stream_ws_scratch_floats, same layout as
+// stream_ws_counter_ints / stream_ws_max_ctas). JBS_STREAM_WS=0/1 forces it off / on
+// (read at every launch, and by the lowering).
+inline int stream_ws_env() { return env_switch("JBS_STREAM_WS"); }
+
+// Scratch of the kernel: (groups, num_groups, consumers) int counters, padded to
+// 4, then (groups, num_groups + CTAs, TN, 128) fp32 partials.
+inline int64_t stream_ws_counter_ints(int64_t groups, int64_t num_groups) {
+  return (groups * num_groups * kStreamWsConsumers + 3) / 4 * 4;
+}
+// The most CTAs whose partial slots fit the scratch result (< 1: none).
+inline int64_t stream_ws_max_ctas(const BsmmBlocksArgs& a, int64_t row_tile) {
+  const int64_t floats = a.scratch_bytes / 4 - stream_ws_counter_ints(a.groups, a.num_groups);
+  return floats / (a.groups * row_tile * 128) - a.num_groups;
+}
+
+// Where it is taken by default (measured on an H100 at N = 32, 12288^2, against the
+// one-column kernel, benchmarks/NOTES.md, session 10): fp32 at bs 32 and density 1/2
+// (reuse = nnz / union items 2.1) fwd 1.16x faster, dx 1.0x; bf16 bs 32 0.96-1.0x at
+// densities 1 and 1/2, and 0.3-0.7x at 1/8 and below, bs 8 / 16 slower everywhere.
+// jbs/_src/lowering.py reserves the scratch by the same rule.
+inline constexpr int min_stream_ws_fp32_block = 32;
+inline constexpr double min_stream_ws_reuse = 2.0;
+
+template <typename T, int BS>
+bool use_stream_ws(const BsmmBlocksArgs& a) {
+  const int env = stream_ws_env();
+  if (env == 0 || a.gathered || a.group_items == nullptr || a.group_offsets == nullptr ||
+      a.group_width != 128 / BS || a.scratch == nullptr || a.num_groups < 1 ||
+      a.num_groups > kStreamWsMaxGroups || a.num_group_items * (1 + 128 / BS) >= 0x7fffffff ||
+      !device_is_sm90()) {
+    return false;
+  }
+  if (stream_ws_max_ctas(a, stream_row_tile_host(a.rows)) < 1) return false;
+  const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
+  return env == 1 || (sizeof(T) == 4 && BS == min_stream_ws_fp32_block && reuse >= min_stream_ws_reuse);
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
+cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  using Cfg = StreamWsConfig<T, BS, TRANS, TN>;
+  const auto kernel = bsmm_stream_ws_kernel<T, BS, TRANS, TN, PRECISE>;
+  // Opt in once for the largest group table, so a later call with more groups fits.
+  cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::smem_bytes(kStreamWsMaxGroups));
+  if (err != cudaSuccess) return err;
+  StreamWsParams p;
+  static_cast<GroupParams&>(p) = group_params(a);
+  int64_t ctas = a.num_group_items < a.num_sms ? a.num_group_items : a.num_sms;
+  const int64_t room = stream_ws_max_ctas(a, TN);
+  ctas = ctas < room ? ctas : room;
+  p.num_ctas = static_cast<int>(ctas < 1 ? 1 : ctas);
+  p.num_entries = static_cast<int>(a.num_group_items);
+  const int64_t counters = stream_ws_counter_ints(a.groups, a.num_groups);
+  p.counters = static_cast<int*>(a.scratch);
+  p.partials = static_cast<float*>(a.scratch) + counters;
+  if (p.num_ctas > 1) {
+    err = launch_zero_counters(p.counters, counters, stream);
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(static_cast<unsigned>(p.num_ctas), static_cast<unsigned>(a.groups));
+  return launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::smem_bytes(a.num_groups), stream, p);
 }
 
 template <typename T>
@@ -394,6 +454,16 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
           return launch_blocks_variant<T, BS, TRANS, kTile, PRECISE, true>(a, stream);
         }
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
+          if (use_stream_ws<T, BS>(a)) {
+            switch (stream_row_tile_host(a.rows)) {
+              case 16:
+                return launch_stream_ws_variant<T, BS, TRANS, 16, PRECISE>(a, stream);
+              case 32:
+                return launch_stream_ws_variant<T, BS, TRANS, 32, PRECISE>(a, stream);
+              default:
+                return launch_stream_ws_variant<T, BS, TRANS, 64, PRECISE>(a, stream);
+            }
+          }
           if (use_stream_groups<T, BS>(a)) {
             switch (stream_row_tile_host(a.rows)) {
               case 16:

@@ -294,6 +294,15 @@ __global__ void zero_split_counters_kernel(Counter* counters, int64_t count) {
   }
 }
 
+// Zeroes `count` split counters on `stream` before bsmm_stream_kernel or one of
+// the small-N group kernels runs.
+inline cudaError_t launch_zero_counters(int* counters, int64_t count, cudaStream_t stream) {
+  const int64_t blocks = (count + 255) / 256;
+  zero_split_counters_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, stream>>>(
+      counters, count);
+  return cudaGetLastError();
+}
+
 // ----------------------------------------------------------------------------- dw
 
 struct DwStreamParams {

@@ -85,6 +85,41 @@ def _stream_group_scratch_floats(groups: int, rows: int, block_size: int, nnz: i
     return counters + (groups * num_groups * slices * row_tile * 128 if slices > 1 else 0)
 
 
+# Small-N path on sm_90, warp-specialized over column groups with a stream-K split
+# (cuda/matmul/bsmm_stream_ws_kernel.cuh): int counters per (group, consumer warp), then fp32
+# partials for num_groups + CTAs pieces. Keep in sync with bsmm_launch.cuh (use_stream_ws,
+# stream_ws_counter_ints, stream_ws_max_ctas) and the kernel's kStreamWsMaxGroups. The
+# launcher uses at most one CTA per SM and no more than this scratch has room for.
+_STREAM_WS_CONSUMERS = 4
+_STREAM_WS_MAX_GROUPS = 4096
+_STREAM_WS_RESERVED_CTAS = 264
+
+
+_STREAM_WS_FP32_BLOCK = 32
+_STREAM_WS_MIN_REUSE = 2.0
+
+
+def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int, nnz: int,
+                              group_offsets, group_items) -> int:
+    """float32 elements of the warp-specialized small-N kernel's counters and partials, or 0
+    where the kernels would not take it (bsmm_launch.cuh use_stream_ws: by default fp32 at
+    bs 32 with reuse nnz / union items >= 2; JBS_STREAM_WS=1 at any, =0 never; never for
+    large N or too many groups). Sized for the row tile of the global rows, at least each
+    device's."""
+    setting = os.environ.get("JBS_STREAM_WS", "")
+    num_groups, union_items = group_offsets.shape[0] - 1, group_items.shape[0]
+    if (setting == "0" or rows > _STREAM_MAX_ROWS or num_groups < 1 or union_items == 0
+            or num_groups > _STREAM_WS_MAX_GROUPS):
+        return 0
+    default = (itemsize == 4 and block_size == _STREAM_WS_FP32_BLOCK
+               and nnz / union_items >= _STREAM_WS_MIN_REUSE)
+    if setting != "1" and not default:
+        return 0
+    row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    counters = -(-groups * num_groups * _STREAM_WS_CONSUMERS // 4) * 4
+    return counters + groups * (num_groups + _STREAM_WS_RESERVED_CTAS) * row_tile * 128
+
+
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
 # packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
@@ -129,6 +164,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                       _tile_major_scratch_floats(a, block_size),
                       _stream_group_scratch_floats(groups, a.shape[1], block_size, items.shape[0],
                                                    group_offsets, group_items),
+                      _stream_ws_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
+                                                items.shape[0], group_offsets, group_items),
                       _packed_scratch_floats(a, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
