@@ -18,9 +18,11 @@
 //
 // Measured (H100, N = 32, 12288^2, bs 32; benchmarks/NOTES.md, session 10): fp32
 // at density 1/2 1.16x faster than the one-column kernel (fwd), bf16 at 1 and 1/2
-// on par, but slower at low densities: time ~ 12.6 us + 0.27 us per union item
-// per CTA. The ring holds 16 stages sized for all P blocks of an item, so only
-// ~16 items (~100 KiB at 1/2, less below) are in flight per SM, and the fixed
+// on par, but slower at low densities and small blocks: time ~ 11 us + 0.3 us
+// per union item per CTA. Not the items in flight (a variant with compact rings
+// held 1.5-7x more and was slower): each consumer warp multiplies every item in
+// order, so one warp's per-item latency (barrier wait, an ldmatrix -> mma chain
+// per present block, release; ~500 cycles) sets the CTA's item rate. The fixed
 // part (zeroing kernel, table and data latencies, the pieces' fix-up) is ~2x the
 // one-column kernel's. The launcher takes it where it measured faster.
 //
