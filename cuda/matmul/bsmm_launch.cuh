@@ -430,6 +430,20 @@ cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t strea
   return launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::smem_bytes(a.num_groups), stream, p);
 }
 
+// Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
+// as a compile-time constant.
+template <typename F>
+decltype(auto) dispatch_stream_row_tile(int64_t rows, F&& f) {
+  switch (stream_row_tile_host(rows)) {
+    case 16:
+      return f(std::integral_constant<int, 16>{});
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    default:
+      return f(std::integral_constant<int, 64>{});
+  }
+}
+
 template <typename T>
 cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.out_cols <= 0 || a.groups <= 0) return cudaSuccess;
@@ -454,38 +468,13 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
           return launch_blocks_variant<T, BS, TRANS, kTile, PRECISE, true>(a, stream);
         }
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
-          if (use_stream_ws<T, BS>(a)) {
-            switch (stream_row_tile_host(a.rows)) {
-              case 16:
-                return launch_stream_ws_variant<T, BS, TRANS, 16, PRECISE>(a, stream);
-              case 32:
-                return launch_stream_ws_variant<T, BS, TRANS, 32, PRECISE>(a, stream);
-              default:
-                return launch_stream_ws_variant<T, BS, TRANS, 64, PRECISE>(a, stream);
-            }
-          }
-          if (use_stream_groups<T, BS>(a)) {
-            switch (stream_row_tile_host(a.rows)) {
-              case 16:
-                return launch_stream_group_variant<T, BS, TRANS, 16, PRECISE>(a, stream);
-              case 32:
-                return launch_stream_group_variant<T, BS, TRANS, 32, PRECISE>(a, stream);
-              default:
-                return launch_stream_group_variant<T, BS, TRANS, 64, PRECISE>(a, stream);
-            }
-          }
-          const int64_t nnz_items = a.nnz;
-          switch (stream_row_tile_host(a.rows)) {
-            case 16:
-              return stream_big(nnz_items, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, 16, PRECISE, true>(a, stream)
-                                : launch_stream_variant<T, BS, TRANS, 16, PRECISE, false>(a, stream);
-            case 32:
-              return stream_big(nnz_items, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, 32, PRECISE, true>(a, stream)
-                                : launch_stream_variant<T, BS, TRANS, 32, PRECISE, false>(a, stream);
-            default:
-              return stream_big(nnz_items, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, 64, PRECISE, true>(a, stream)
-                                : launch_stream_variant<T, BS, TRANS, 64, PRECISE, false>(a, stream);
-          }
+          return dispatch_stream_row_tile(a.rows, [&](auto tn_c) {
+            constexpr int TN = decltype(tn_c)::value;
+            if (use_stream_ws<T, BS>(a)) return launch_stream_ws_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
+            if (use_stream_groups<T, BS>(a)) return launch_stream_group_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
+            return stream_big(a.nnz, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, TN, PRECISE, true>(a, stream)
+                                                   : launch_stream_variant<T, BS, TRANS, TN, PRECISE, false>(a, stream);
+          });
         }
         switch (pick_row_tile<T, BS>(a.rows)) {
           case 32:
