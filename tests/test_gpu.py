@@ -168,47 +168,59 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
     _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
 
 
-# JBS_STREAM_WS / JBS_STREAM_GROUPS settings that force each small-N column-group kernel (the
-# warp-specialized one exists on sm_90 only; elsewhere its case runs the fallback).
-SMALL_N_GROUP_PATHS = {"barriers": ("0", "1"), "warp-specialized": ("1", "0")}
+# JBS_STREAM_EVEN / JBS_STREAM_WS / JBS_STREAM_GROUPS settings that force each small-N kernel
+# with a split reduction (the even-split and warp-specialized ones exist on sm_90 only, the
+# even-split one for bs 16-64 and not for fp32 at HIGHEST; elsewhere its case runs the fallback).
+SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1"), "warp-specialized": ("0", "1", "0"),
+                       "even-split": ("1", "0", "0")}
 
 
-@pytest.mark.parametrize("path", sorted(SMALL_N_GROUP_PATHS))
+@pytest.mark.parametrize("path", sorted(SMALL_N_SPLIT_PATHS))
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 29, 64])
-def test_small_n_column_groups(rng, monkeypatch, path, bs, dtype, n):
-    """The small-N column-group kernels (forced by JBS_STREAM_WS / JBS_STREAM_GROUPS): fwd and
-    dx over a power-law layout with an empty row and column, a partial last group (bs 32: 9
-    columns in groups of 4), enough union items per group to be cut into several pieces whose
-    partials are summed by the last to arrive, and under vmap over stacked weights."""
-    ws, groups = SMALL_N_GROUP_PATHS[path]
-    monkeypatch.setenv("JBS_STREAM_WS", ws)
-    monkeypatch.setenv("JBS_STREAM_GROUPS", groups)
+def test_small_n_split_kernels(rng, monkeypatch, path, bs, dtype, n):
+    """The small-N kernels that cut columns and sum pieces (forced by JBS_STREAM_EVEN /
+    JBS_STREAM_WS / JBS_STREAM_GROUPS): fwd and dx over a power-law layout with an empty row
+    and column, a partial last column group (bs 32: 9 columns in groups of 4), enough items per
+    column to be cut into several pieces whose partials are summed by the last to arrive, and
+    under vmap over stacked weights (at 29 rows, over stacked activations too)."""
+    for name, setting in zip(("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS"),
+                             SMALL_N_SPLIT_PATHS[path]):
+        monkeypatch.setenv(name, setting)
     layout = heavy_column_layout(rng, 70, 9 * max(1, 32 // bs), density=0.5)
+    stacked_x = n == 29
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
         bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
-        x = random_array(rng, (n, bsmm.shape[0]), dtype)
+        x = random_array(rng, ((2,) if stacked_x else ()) + (n, bsmm.shape[0]), dtype)
         w = random_array(rng, (2,) + bsmm.w_shape, dtype)
         g = random_array(rng, (2, n, bsmm.shape[1]), dtype)
-        y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=(None, 0)), x, w))(x, w)
+        axes = (0 if stacked_x else None, 0)
+        y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
         dx = jax.jit(pullback)(g)[0]
         dx_ref = 0
         for b in range(2):
             W = dense_f64(bsmm, w[b])
-            assert rel_error(y[b], f64(x) @ W) < tolerance(dtype, precision)
+            assert rel_error(y[b], f64(x[b] if stacked_x else x) @ W) < tolerance(dtype, precision)
+            if stacked_x:
+                assert rel_error(dx[b], f64(g[b]) @ W.T) < tolerance(dtype, precision)
             dx_ref = dx_ref + f64(g[b]) @ W.T
-        assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
+        if not stacked_x:
+            assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
 
 
+@pytest.mark.parametrize("path", ["warp-specialized", "even-split"])
 @pytest.mark.parametrize("bs", [8, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [3, 32])
-def test_small_n_warp_specialized_edge_layouts(rng, monkeypatch, bs, dtype, n):
-    """The warp-specialized small-N kernel on layouts that stress its work split: whole column
-    groups without a block (written as zeros), a single block (fewer entries than CTAs), and a
-    wide layout whose groups are each cut over several CTAs; results repeat bit for bit."""
-    monkeypatch.setenv("JBS_STREAM_WS", "1")
+def test_small_n_split_kernels_on_edge_layouts(rng, monkeypatch, path, bs, dtype, n):
+    """The warp-specialized and even-split small-N kernels on layouts that stress their work
+    split: whole column groups without a block (written as zeros), a single block (fewer items
+    than CTAs or warps), and a wide layout whose columns are each cut over many CTAs or warps;
+    results repeat bit for bit."""
+    for name, setting in zip(("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS"),
+                             SMALL_N_SPLIT_PATHS[path]):
+        monkeypatch.setenv(name, setting)
     width = 128 // bs
     wide = rng.random((40, 20 * width)) < 0.4
     wide[:, 2 * width:4 * width] = False  # groups 2 and 3 empty

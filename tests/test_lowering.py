@@ -239,3 +239,22 @@ def test_small_n_scratch_sizes_the_warp_specialized_partials(monkeypatch, itemsi
     assert size(29) == (24 + 2 * (3 + 264) * 32 * 128 if room else 0)
     assert size(9) == (24 + 2 * (3 + 264) * 16 * 128 if room else 0)
     assert size(65) == 0
+
+
+@pytest.mark.parametrize("itemsize,block_size,precision,setting,room", [
+    (2, 32, 0, "1", True), (2, 32, 1, "1", True), (4, 64, 0, "1", True), (2, 16, 0, "1", True),
+    (4, 16, 1, "1", False), (2, 8, 0, "1", False), (2, 32, 0, "", False), (2, 32, 0, "0", False)])
+def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, block_size, precision,
+                                                     setting, room):
+    """Small N: the scratch rule of the even-split kernel (cuda/matmul/bsmm_stream_even_kernel.cuh):
+    two pieces of row tile x bs fp32 per weight group and warp, for at most min(nnz, 1280)
+    warps; only with JBS_STREAM_EVEN=1 (the kernel is opt-in), at bs 16-64; never at bs 8, for
+    fp32 at HIGHEST, or at large N."""
+    monkeypatch.setenv("JBS_STREAM_EVEN", setting)
+    num_cols = 9
+    size = lambda rows, nnz: lowering._stream_even_scratch_floats(
+        2, rows, itemsize, block_size, num_cols, nnz, precision)
+    assert size(29, 5000) == (2 * 2 * 1280 * 32 * block_size if room else 0)
+    assert size(9, 300) == (2 * 2 * 300 * 16 * block_size if room else 0)
+    assert size(65, 5000) == 0
+    assert lowering._stream_even_scratch_floats(2, 32, itemsize, block_size, 4097, 5000, precision) == 0

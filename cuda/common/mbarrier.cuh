@@ -51,6 +51,41 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 
+// TMA bulk copies (cp.async.bulk, sm_90): one thread moves `bytes` (a multiple
+// of 16, both addresses 16-byte aligned) from global to shared memory and the
+// copy completes on `bar` as transaction bytes. The thread first arrives on the
+// barrier announcing how many bytes to expect, so a barrier initialised with
+// count 1 completes its phase once the copy has landed.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, int bytes) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, int bytes, uint64_t* bar) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Orders this thread's earlier generic-proxy accesses of shared memory (plain
+// or cp.async writes, ldmatrix reads) before its later async-proxy ones: a
+// wgmma reading the data, or a bulk copy overwriting a stage.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 // Spins until the phase of the given parity is complete (acquire).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #ifdef JBS_MBARRIER_AVAILABLE

@@ -16,7 +16,8 @@
 // Callers issue wgmma_fence() after writing A or D registers and before the
 // MMAs, wgmma_commit() after them and wgmma_wait<0>() before reading D or
 // reusing the shared memory; shared memory written by cp.async must be made
-// visible to the MMA's async proxy with fence_proxy_async() first.
+// visible to the MMA's async proxy with fence_proxy_async() (common/mbarrier.cuh)
+// first.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,6 +25,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "common/mbarrier.cuh"  // fence_proxy_async
 
 namespace jbs {
 
@@ -56,14 +59,6 @@ template <int PENDING>
 __device__ __forceinline__ void wgmma_wait() {
 #ifdef JBS_WGMMA_AVAILABLE
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
-
-// Orders this thread's generic-proxy (and cp.async) writes to shared memory
-// before later async-proxy reads such as wgmma's.
-__device__ __forceinline__ void fence_proxy_async() {
-#ifdef JBS_WGMMA_AVAILABLE
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 

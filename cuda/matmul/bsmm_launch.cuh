@@ -15,6 +15,7 @@
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
+#include "matmul/bsmm_stream_even_kernel.cuh"
 #include "matmul/bsmm_stream_group_kernel.cuh"
 #include "matmul/bsmm_stream_ws_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
@@ -430,6 +431,70 @@ cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t strea
   return launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::smem_bytes(a.num_groups), stream, p);
 }
 
+// Whether the even-split small-N kernel (bsmm_stream_even_kernel.cuh) serves this
+// call: sm_90 (bulk copies, mbarriers), blocks of 16 to 64, at most
+// kStreamEvenMaxCols output columns, not fp32 at HIGHEST (its 3xTF32 sums would
+// run a whole column into one accumulator), and only if the lowering reserved
+// its scratch (jbs/_src/lowering.py: _stream_even_scratch_floats, same rule).
+// Opt-in (JBS_STREAM_EVEN=1; read at every launch, and by the lowering): in its
+// microbenchmark it beats the one-column kernel at density 1/2 (bf16 bs 32 72
+// vs 86 us), but under jbs-bench it measured slower at every density
+// (benchmarks/NOTES.md, session 11), for reasons not yet found.
+inline int stream_even_env() { return env_switch("JBS_STREAM_EVEN"); }
+
+// Scratch of the kernel: (groups, 2 * warps, row_tile * bs) fp32 pieces.
+// The most warps whose piece slots fit the scratch result (< 1: none).
+inline int64_t stream_even_max_warps(const BsmmBlocksArgs& a, int64_t row_tile) {
+  return a.scratch_bytes / 4 / (a.groups * 2 * row_tile * a.block_size);
+}
+
+template <typename T, int BS>
+bool use_stream_even(const BsmmBlocksArgs& a) {
+  const int env = stream_even_env();
+  if (env != 1 || BS < 16 || a.gathered || (a.precise && sizeof(T) == 4) || a.offsets == nullptr ||
+      a.items == nullptr || a.scratch == nullptr || a.nnz < 1 || a.out_cols / BS > kStreamEvenMaxCols ||
+      !device_is_sm90()) {
+    return false;
+  }
+  return env == 1 && stream_even_max_warps(a, stream_row_tile_host(a.rows)) >= 1;
+}
+
+template <typename T, int BS, bool TRANS, int TN>
+cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
+  const auto kernel = bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false>;
+  StreamEvenParams p;
+  p.in = a.in;
+  p.w = a.w;
+  p.offsets = a.offsets;
+  p.items = a.items;
+  p.out = a.out;
+  p.rows = a.rows;
+  p.in_tile_stride = BS;
+  p.in_ld = a.in_cols;
+  p.out_cols = a.out_cols;
+  p.in_group_stride = a.in_group_stride;
+  p.w_group_stride = a.w_group_stride;
+  p.out_group_stride = a.out_group_stride;
+  p.num_cols = static_cast<int>(a.out_cols / BS);
+  p.nnz = static_cast<int>(a.nnz);
+  // One CTA per SM slot (static shared memory: the column offsets and barriers),
+  // no more warps than items or than the scratch has piece slots for.
+  const size_t static_smem = sizeof(int) * (kStreamEvenMaxCols + 1) + sizeof(uint64_t) * Cfg::kWarps * Cfg::kStages;
+  int64_t warps = static_cast<int64_t>(a.num_sms) * resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + static_smem) *
+                  Cfg::kWarps;
+  warps = warps < a.nnz ? warps : a.nnz;
+  const int64_t room = stream_even_max_warps(a, TN);
+  warps = warps < room ? warps : room;
+  p.num_warps = static_cast<int>(warps);
+  p.pieces = static_cast<float*>(a.scratch);
+  const dim3 grid(static_cast<unsigned>((warps + Cfg::kWarps - 1) / Cfg::kWarps), static_cast<unsigned>(a.groups));
+  cudaError_t err = launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  if (err != cudaSuccess) return err;
+  const dim3 sum_grid(static_cast<unsigned>((p.num_cols + 3) / 4), static_cast<unsigned>(a.groups));
+  return launch_kernel(bsmm_stream_even_sum_kernel<T, BS, TRANS, TN>, sum_grid, dim3(128), 0, stream, p);
+}
+
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
 // as a compile-time constant.
 template <typename F>
@@ -470,6 +535,9 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
           return dispatch_stream_row_tile(a.rows, [&](auto tn_c) {
             constexpr int TN = decltype(tn_c)::value;
+            if constexpr (BS >= 16 && !PRECISE) {
+              if (use_stream_even<T, BS>(a)) return launch_stream_even_variant<T, BS, TRANS, TN>(a, stream);
+            }
             if (use_stream_ws<T, BS>(a)) return launch_stream_ws_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
             if (use_stream_groups<T, BS>(a)) return launch_stream_group_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
             return stream_big(a.nnz, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, TN, PRECISE, true>(a, stream)

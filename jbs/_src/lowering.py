@@ -120,6 +120,28 @@ def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size:
     return counters + groups * (num_groups + _STREAM_WS_RESERVED_CTAS) * row_tile * 128
 
 
+# Small-N path on sm_90 that cuts all items evenly over the warps and copies weight blocks in
+# bulk (cuda/matmul/bsmm_stream_even_kernel.cuh): two fp32 pieces per warp. Keep in sync with
+# bsmm_launch.cuh (use_stream_even, stream_even_max_warps) and the kernel's kStreamEvenMaxCols.
+# The launcher uses at most 8 warps per SM and no more than this scratch has room for.
+_STREAM_EVEN_MAX_COLS = 4096
+_STREAM_EVEN_RESERVED_WARPS = 8 * 160
+
+
+def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
+                                num_cols: int, nnz: int, precision: int) -> int:
+    """float32 elements of the even-split small-N kernel's pieces, or 0 where the kernels
+    would not take it (bsmm_launch.cuh use_stream_even: only with JBS_STREAM_EVEN=1, at bs
+    16-64, not for fp32 at HIGHEST, large N or too many output columns). Sized for the row
+    tile of the global rows, at least each device's."""
+    if (os.environ.get("JBS_STREAM_EVEN", "") != "1" or rows > _STREAM_MAX_ROWS
+            or block_size < 16 or nnz == 0 or num_cols > _STREAM_EVEN_MAX_COLS
+            or (itemsize == 4 and precision == precision_lib.HIGHEST)):
+        return 0
+    row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    return groups * 2 * min(nnz, _STREAM_EVEN_RESERVED_WARPS) * row_tile * block_size
+
+
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
 # packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
@@ -166,6 +188,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                                                    group_offsets, group_items),
                       _stream_ws_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
                                                 items.shape[0], group_offsets, group_items),
+                      _stream_even_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
+                                                  offsets.shape[0] - 1, items.shape[0], precision),
                       _packed_scratch_floats(a, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]

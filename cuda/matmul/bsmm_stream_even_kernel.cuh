@@ -1,0 +1,327 @@
+// Small-N fwd / dx (N <= kStreamMaxRows, sm_90): every warp streams an equal
+// share of all the op's items, and the weight blocks come by TMA bulk copies.
+//
+// Opt-in (JBS_STREAM_EVEN=1): under jbs-bench it measured slower than the
+// one-column kernel at every density, although the same kernel ran ~1.2x
+// faster than it in microbench/seed_stream.cu; see benchmarks/NOTES.md,
+// session 11.
+//
+// Why it was built (benchmarks/NOTES.md, session 11, microbench/seed_stream.cu): at the seed
+// shape the one-column stream kernel (bsmm_stream_kernel.cuh) is bound neither
+// by HBM nor by its MMAs but by moving every byte through 16-byte cp.async: with
+// the weight block of each item fetched by one cp.async.bulk instead, the same
+// walk ran at 1.19x the copy floor instead of 1.66x (bf16, bs 32, density 1/2).
+// And CTAs of one output column come in ~3 waves with a ramp and a tail each,
+// which a persistent, evenly cut walk avoids (1/8: 1.47x instead of 2.07x).
+//
+// Work: the items of the fwd (or dx) table, grouped by output column, are one
+// list of `nnz` entries; warp gw of the W = grid x warps active ones takes
+// [nnz gw / W, nnz (gw + 1) / W). It walks them through its own ring of stages
+// (activation tile by cp.async, weight block by one bulk copy completing on the
+// stage's mbarrier), one MMA pass per item, no CTA-wide barrier in the loop.
+// Where an output column ends, the warp flushes its accumulator:
+//  * a column wholly inside the warp's range is written out directly;
+//  * a column cut between consecutive warps leaves an fp32 piece in the warp's
+//    slot (2 gw for its first column, 2 gw + 1 for its last), and a second,
+//    small kernel (bsmm_stream_even_sum_kernel) adds each cut column's pieces
+//    in warp order. The kernel boundary orders the pieces before their sum; an
+//    in-kernel "last to arrive sums" scheme (fence, atomic counter, reload, plus
+//    a kernel to zero the counters) measured no faster (benchmarks/NOTES.md,
+//    session 11).
+// Every sum has a fixed order, so results are bitwise deterministic. Columns
+// with no items are written as zeros by the walk kernel's warps, spread evenly.
+// The output columns' item offsets sit in shared memory (at most
+// kStreamEvenMaxCols columns), where each warp finds its first column.
+//
+// fp32 keeps 16-byte cp.async for its weights too: its tf32 fragments are read
+// as scalars, which the unpadded rows a bulk copy leaves would conflict on
+// 4-8 ways (the microbenchmark measured bulk copies within 2% there).
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.cuh"
+#include "common/mbarrier.cuh"
+#include "common/ptx.cuh"
+#include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
+#include "matmul/bsmm_stream_kernel.cuh"  // fetch_item_batch
+#include "matmul/tile_io.cuh"
+#include "matmul/warp_mma.cuh"
+
+namespace jbs {
+
+inline constexpr int kStreamEvenMaxCols = 4096;
+
+struct StreamEvenParams {
+  const void* in;
+  const void* w;
+  const int32_t* offsets;  // (num_cols + 1): items of output column o are [offsets[o], offsets[o + 1])
+  const int32_t* items;    // (nnz, 2): weight block, input block
+  void* out;
+  float* pieces;  // (groups, 2 * num_warps, TN * BS), in accumulator-fragment order
+  int64_t rows;
+  int64_t in_tile_stride;  // as StreamParams
+  int64_t in_ld;
+  int64_t out_cols;
+  int64_t in_group_stride;
+  int64_t w_group_stride;
+  int64_t out_group_stride;
+  int num_cols;
+  int nnz;
+  int num_warps;  // W <= nnz: warps with work (gridDim.x * kWarps may be more)
+};
+
+template <typename T, int BS, bool TRANS, int TN>
+struct StreamEvenConfig {
+  static_assert(TN == 16 || TN == 32 || TN == 64, "row tile");
+  static constexpr bool k16 = kIs16Bit<T>;
+  static constexpr bool kBulkW = k16;
+  static constexpr int kMT = TN / 16;
+  static constexpr int kNT = BS / 8;
+  static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
+  static constexpr int kLdX = k16 ? (BS == 8 ? 8 : BS + 8) : BS + 4;  // as StreamConfig
+  static constexpr int kLdW = kBulkW ? BS : ((k16 || !TRANS) ? (BS == 8 ? 8 : BS + 8) : BS + 4);
+  static constexpr int kXElems = TN * kLdX;
+  static constexpr int kStageElems = kXElems + BS * kLdW;
+  static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
+  static constexpr int kWBytes = BS * BS * static_cast<int>(sizeof(T));
+  // 8 warps with as many stages as fit ~200 KiB (one CTA per SM); fewer warps
+  // where even two stages each would not fit.
+  static constexpr int kWarps = 2 * kStageBytes * 8 <= 200 * 1024 ? 8 : (2 * kStageBytes * 4 <= 200 * 1024 ? 4 : 2);
+  static constexpr int kStages = cclamp(200 * 1024 / (kWarps * kStageBytes), 2, 16);
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kSmemBytes = kWarps * kStages * kStageBytes;
+  static constexpr int kPieceFloats = TN * BS;  // = kMT * kNT * 4 floats per lane
+  static_assert(kStageBytes % 16 == 0 && (kXElems * sizeof(T)) % 16 == 0, "16B alignment of bulk copies");
+};
+
+// The warp (of W over nnz items, warp gw starting at nnz gw / W) that holds item i.
+__device__ __forceinline__ int stream_even_owner(int64_t i, int64_t num_warps, int64_t nnz) {
+  return static_cast<int>(((i + 1) * num_warps - 1) / nnz);
+}
+
+// Writes a warp's accumulator fragments v (warp_mma.cuh layout, MT x 16 rows by
+// NT x 8 columns) as T to dst (row stride ld), rows < valid_rows.
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void store_fragments(T* dst, int64_t ld, int valid_rows, const float (&v)[MT][NT][4],
+                                                int lane) {
+  const int gq = lane >> 2;
+  const int tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int r = mt * 16 + gq;
+      const int c = nt * 8 + 2 * tq;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (r + 8 * h < valid_rows) {
+          T* d = dst + static_cast<int64_t>(r + 8 * h) * ld + c;
+          d[0] = from_float<T>(v[mt][nt][2 * h]);
+          d[1] = from_float<T>(v[mt][nt][2 * h + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
+__global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
+    bsmm_stream_even_kernel(const StreamEvenParams p) {
+  using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
+  constexpr int S = Cfg::kStages;
+  constexpr int NW = Cfg::kWarps;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int s_offsets[kStreamEvenMaxCols + 1];
+  __shared__ __align__(8) uint64_t s_full[Cfg::kBulkW ? NW : 1][S];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t g = blockIdx.y;
+  const int num_cols = p.num_cols;
+  const int valid_rows = static_cast<int>(p.rows);  // 1..TN
+  const int gw = blockIdx.x * NW + warp;
+  const bool active = gw < p.num_warps;  // warp-uniform
+  const int64_t W = p.num_warps;
+  const int64_t nnz = p.nnz;
+  const int base = static_cast<int>(nnz * gw / W);
+  const int end = active ? static_cast<int>(nnz * (gw + 1) / W) : base;
+  const int cnt = end - base;  // >= 1 for active warps since W <= nnz
+
+  // The first item batches are requested before the offsets, so both loads
+  // are in flight together.
+  const int2* const items = reinterpret_cast<const int2*>(p.items);
+  int2 bcur = fetch_item_batch(items, base, 1, cnt, 0, lane);
+  int2 bnxt = fetch_item_batch(items, base, 1, cnt, 1, lane);
+
+  for (int i = threadIdx.x; i <= num_cols; i += Cfg::kThreads) s_offsets[i] = __ldg(p.offsets + i);
+  if constexpr (Cfg::kBulkW) {
+    if (lane == 0) {
+      for (int s = 0; s < S; ++s) mbarrier_init(&s_full[warp][s], 1);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride;
+  auto store_column = [&](int o, const float (&v)[Cfg::kMT][Cfg::kNT][4]) {
+    store_fragments<T, Cfg::kMT, Cfg::kNT>(out + static_cast<int64_t>(o) * BS, p.out_cols, valid_rows, v, lane);
+  };
+
+  // Columns without items: zeros, spread over every warp of the grid.
+  {
+    const float zero[Cfg::kMT][Cfg::kNT][4] = {};
+    for (int o = blockIdx.x * NW + warp; o < num_cols; o += gridDim.x * NW) {
+      if (s_offsets[o] == s_offsets[o + 1]) store_column(o, zero);
+    }
+  }
+
+  if (!active) return;  // no CTA-wide barrier below
+
+  const T* const in = static_cast<const T*>(p.in) + g * p.in_group_stride;
+  const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
+  T* const ring = reinterpret_cast<T*>(smem_raw) + warp * S * Cfg::kStageElems;
+
+  // First column: the last o with offsets[o] <= base (it has items, as base < nnz).
+  int lo = 0, hi = num_cols;  // offsets[lo] <= base < offsets[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (s_offsets[mid] <= base) lo = mid; else hi = mid;
+  }
+  const int first_col = lo;
+  int col = lo;
+  int col_end = s_offsets[col + 1];
+
+  auto issue = [&](int stage, int t) {
+    const int wb = __shfl_sync(0xffffffffu, bcur.x, t & 31);
+    const int ib = __shfl_sync(0xffffffffu, bcur.y, t & 31);
+    T* xs = ring + stage * Cfg::kStageElems;
+    T* ws = xs + Cfg::kXElems;
+    load_tile_async<T, TN, BS, 32>(xs, Cfg::kLdX, in + static_cast<int64_t>(ib) * p.in_tile_stride, p.in_ld,
+                                   valid_rows, lane);
+    const T* src = w + static_cast<int64_t>(wb) * (BS * BS);
+    if constexpr (Cfg::kBulkW) {
+      if (lane == 0) {
+        // The stage was last read by this warp's ldmatrix (generic proxy); order
+        // those reads before the bulk copy's (async proxy) writes.
+        fence_proxy_async();
+        mbarrier_arrive_expect_tx(&s_full[warp][stage], Cfg::kWBytes);
+        bulk_copy_g2s(ws, src, Cfg::kWBytes, &s_full[warp][stage]);
+      }
+    } else {
+      load_tile_async<T, BS, BS, 32>(ws, Cfg::kLdW, src, BS, BS, lane);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < cnt) issue(s, s);
+    cp_async_commit();
+  }
+
+  float acc[Cfg::kMT][Cfg::kNT][4] = {};
+  float* const pieces = p.pieces + g * 2 * W * Cfg::kPieceFloats;
+  int read_stage = 0;
+  int write_stage = S - 1;
+  uint32_t phase = 0;
+  for (int t = 0; t < cnt; ++t) {
+    const int tl = t + S - 1;
+    cp_async_wait<S - 2>();
+    if constexpr (Cfg::kBulkW) mbarrier_wait(&s_full[warp][read_stage], phase);
+    __syncwarp();
+    if (tl < cnt) {
+      if ((tl & 31) == 0) {
+        bcur = bnxt;
+        bnxt = fetch_item_batch(items, base, 1, cnt, (tl >> 5) + 1, lane);
+      }
+      issue(write_stage, tl);
+    }
+    cp_async_commit();
+    const T* xs = ring + read_stage * Cfg::kStageElems;
+    const T* ws = xs + Cfg::kXElems;
+#pragma unroll
+    for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
+      warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/false, /*B_KMAJOR=*/!TRANS,
+                    /*M_HALF=*/false, PRECISE>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW, 0, k0, lane);
+    }
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
+    if (read_stage == 0) phase ^= 1u;
+
+    const int done = base + t + 1;
+    if (done != col_end && t + 1 != cnt) continue;
+    // Flush output column `col` (warp-uniform branch).
+    if (s_offsets[col] >= base && col_end <= end) {
+      store_column(col, acc);
+    } else {
+      const int slot = 2 * gw + (col != first_col ? 1 : 0);
+      float4* mine = reinterpret_cast<float4*>(pieces + static_cast<int64_t>(slot) * Cfg::kPieceFloats);
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt) {
+          __stcg(mine + (mt * Cfg::kNT + nt) * 32 + lane,
+                 make_float4(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]));
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+    // Next column with items (empty ones were zeroed above).
+    if (t + 1 < cnt) {
+      do {
+        ++col;
+      } while (s_offsets[col + 1] <= done);
+      col_end = s_offsets[col + 1];
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// Output columns cut between warps of bsmm_stream_even_kernel (launched right
+// after it on the same stream): one warp per column adds the column's pieces in
+// warp order and writes it. Columns held whole by one warp were written already.
+template <typename T, int BS, bool TRANS, int TN>
+__global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamEvenParams p) {
+  using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
+  const int lane = threadIdx.x & 31;
+  const int c = blockIdx.x * 4 + (threadIdx.x >> 5);
+  if (c >= p.num_cols) return;
+  const int col_begin = __ldg(p.offsets + c);
+  const int col_end = __ldg(p.offsets + c + 1);
+  if (col_begin == col_end) return;
+  const int64_t W = p.num_warps;
+  const int64_t nnz = p.nnz;
+  const int first_w = stream_even_owner(col_begin, W, nnz);
+  const int last_w = stream_even_owner(col_end - 1, W, nnz);
+  if (first_w == last_w) return;
+  const int64_t g = blockIdx.y;
+  const float* const pieces = p.pieces + g * 2 * W * Cfg::kPieceFloats;
+  float sum[Cfg::kMT][Cfg::kNT][4] = {};
+  for (int q = first_w; q <= last_w; ++q) {
+    // Warp q's piece of this column: its first column's slot unless q started in
+    // an earlier column (only possible for the first warp).
+    const bool later = q == first_w && nnz * q / W < col_begin;
+    const float4* piece =
+        reinterpret_cast<const float4*>(pieces + static_cast<int64_t>(2 * q + (later ? 1 : 0)) * Cfg::kPieceFloats);
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNT; ++nt) {
+        const float4 f = __ldcg(piece + (mt * Cfg::kNT + nt) * 32 + lane);
+        sum[mt][nt][0] += f.x;
+        sum[mt][nt][1] += f.y;
+        sum[mt][nt][2] += f.z;
+        sum[mt][nt][3] += f.w;
+      }
+    }
+  }
+  store_fragments<T, Cfg::kMT, Cfg::kNT>(static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(c) * BS,
+                                         p.out_cols, static_cast<int>(p.rows), sum, lane);
+}
+
+}  // namespace jbs
