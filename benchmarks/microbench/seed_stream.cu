@@ -1,0 +1,482 @@
+// What bounds the small-N fwd at the seed shape (N = 32, 12288^2, bs 32)? A
+// stand-alone microbenchmark (not part of the jbs build) behind
+// benchmarks/NOTES.md, session 11. It replays the one-column stream kernel's
+// memory pattern (bsmm_stream_kernel: per-warp cp.async rings, one activation
+// tile + one weight block per item, items of a column in row order) on a random
+// layout, with the real MMA code (matmul/warp_mma.cuh) or without it, and then
+// changes one thing at a time:
+//   walk     col:  CTA = one output block column, warps take items w, w + NW, ...
+//                  (the kernel as it is: ~3 waves of CTAs at density 1/2);
+//            pers: one CTA per SM slot, warp i takes the i-th equal contiguous
+//                  range of all items in column order (no waves, no tail; the
+//                  flush at column boundaries is not modelled);
+//   x        0: no activation tile (weights only); 1: row-major tile by cp.async
+//            (what the kernel does); 2: tile-major copy by cp.async; 3: tile-major
+//            copy by one cp.async.bulk;
+//   w        0: 16-byte cp.async (the kernel); 1: one cp.async.bulk per block;
+//   mma      the kernel's warp_mma_step on every item, or none.
+// Output: us per call (weights rotated over copies beyond L2), and x the floor,
+// floor = weight bytes / copy bandwidth (1 GB device-to-device copy, read +
+// write, as jbs-bench measures it), plus a read-only streaming kernel's rate.
+//
+// Build and run on the GPU machine:
+//   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+//     -o /tmp/seed_stream benchmarks/microbench/seed_stream.cu && /tmp/seed_stream
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/mbarrier.cuh"
+#include "common/ptx.cuh"
+#include "matmul/bsmm_stream_even_kernel.cuh"
+#include "matmul/tile_io.cuh"
+#include "matmul/warp_mma.cuh"
+
+#define CHECK(x)                                                                    \
+  do {                                                                              \
+    cudaError_t e = (x);                                                            \
+    if (e != cudaSuccess) {                                                         \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+using namespace jbs;
+
+constexpr int kN = 32;      // activation rows
+constexpr int kBS = 32;     // block size
+constexpr int kC = 12288;   // input features (= output features)
+constexpr int kBlocks = kC / kBS;
+
+struct Params {
+  const void* x;     // (kN, kC) row-major
+  const void* x_tm;  // (kC / kBS, kN, kBS) tile-major
+  const void* w;     // (nnz, kBS, kBS)
+  const int2* items;       // (nnz): weight block, input block row -- column order
+  const int* col_offsets;  // (kBlocks + 1)
+  int64_t total_items;
+  float* sink;
+};
+
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void expect_tx(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+
+template <typename T, int XMODE, int WMODE>
+struct Stage {
+  static constexpr bool k16 = sizeof(T) == 2;
+  static constexpr int kPad = k16 ? 8 : 4;
+  static constexpr int kLdX = XMODE == 3 ? kBS : kBS + kPad;
+  static constexpr int kLdW = WMODE == 1 ? kBS : kBS + 8;  // the fwd kernel's B stride
+  static constexpr int kElems = kN * kLdX + kBS * kLdW;
+  static constexpr int kBytes = kElems * static_cast<int>(sizeof(T));
+  static constexpr int kBulkBytes = (WMODE == 1 ? kBS * kBS * static_cast<int>(sizeof(T)) : 0) +
+                                    (XMODE == 3 ? kN * kBS * static_cast<int>(sizeof(T)) : 0);
+};
+
+template <typename T, int NW, int S, bool PERSIST, int XMODE, int WMODE, bool MMA>
+__global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
+  using St = Stage<T, XMODE, WMODE>;
+  constexpr bool kBulk = St::kBulkBytes > 0;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[NW][S];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+
+  int64_t base;
+  int stride, cnt;
+  if constexpr (PERSIST) {
+    const int64_t gw = static_cast<int64_t>(blockIdx.x) * NW + warp;
+    const int64_t nw = static_cast<int64_t>(gridDim.x) * NW;
+    base = p.total_items * gw / nw;
+    cnt = static_cast<int>(p.total_items * (gw + 1) / nw - base);
+    stride = 1;
+  } else {
+    const int beg = p.col_offsets[blockIdx.x];
+    const int n = p.col_offsets[blockIdx.x + 1] - beg;
+    base = beg + warp;
+    cnt = n > warp ? (n - warp + NW - 1) / NW : 0;
+    stride = NW;
+  }
+  if constexpr (kBulk) {
+    if (lane == 0) {
+      for (int s = 0; s < S; ++s) mbarrier_init(&bars[warp][s], 1);
+      mbarrier_init_fence();
+    }
+    __syncwarp();
+  }
+
+  T* const ring = reinterpret_cast<T*>(smem_raw) + warp * S * St::kElems;
+  const T* const x = static_cast<const T*>(p.x);
+  const T* const x_tm = static_cast<const T*>(p.x_tm);
+  const T* const w = static_cast<const T*>(p.w);
+  auto fetch = [&](int batch) {
+    const int t = batch * 32 + lane;
+    return t < cnt ? __ldg(p.items + base + static_cast<int64_t>(t) * stride) : make_int2(0, 0);
+  };
+  int2 bcur = fetch(0);
+  int2 bnxt = fetch(1);
+
+  auto issue = [&](int stage, int t) {
+    const int wb = __shfl_sync(0xffffffffu, bcur.x, t & 31);
+    const int rb = __shfl_sync(0xffffffffu, bcur.y, t & 31);
+    T* xs = ring + stage * St::kElems;
+    T* ws = xs + kN * St::kLdX;
+    if constexpr (XMODE == 1) load_tile_async<T, kN, kBS, 32>(xs, St::kLdX, x + rb * kBS, kC, kN, lane);
+    if constexpr (XMODE == 2)
+      load_tile_async<T, kN, kBS, 32>(xs, St::kLdX, x_tm + static_cast<int64_t>(rb) * kN * kBS, kBS, kN, lane);
+    if constexpr (WMODE == 0)
+      load_tile_async<T, kBS, kBS, 32>(ws, St::kLdW, w + static_cast<int64_t>(wb) * kBS * kBS, kBS, kBS, lane);
+    if constexpr (kBulk) {
+      if (lane == 0) {
+        uint64_t* bar = &bars[warp][stage];
+        expect_tx(bar, St::kBulkBytes);
+        if constexpr (XMODE == 3)
+          bulk_copy(xs, x_tm + static_cast<int64_t>(rb) * kN * kBS, kN * kBS * sizeof(T), bar);
+        if constexpr (WMODE == 1)
+          bulk_copy(ws, w + static_cast<int64_t>(wb) * kBS * kBS, kBS * kBS * sizeof(T), bar);
+      }
+    }
+  };
+
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < cnt) issue(s, s);
+    cp_async_commit();
+  }
+  constexpr int kKStep = sizeof(T) == 2 ? 16 : 8;
+  float acc[2][4][4] = {};
+  float touch = 0.f;
+  int read_stage = 0, write_stage = S - 1;
+  for (int t = 0; t < cnt; ++t) {
+    const int tl = t + S - 1;
+    cp_async_wait<S - 2>();
+    if constexpr (kBulk) mbarrier_wait(&bars[warp][read_stage], (t / S) & 1);
+    __syncwarp();
+    if (tl < cnt) {
+      if ((tl & 31) == 0) {
+        bcur = bnxt;
+        bnxt = fetch((tl >> 5) + 1);
+      }
+      issue(write_stage, tl);
+    }
+    cp_async_commit();
+    const T* xs = ring + read_stage * St::kElems;
+    const T* ws = xs + kN * St::kLdX;
+    if constexpr (MMA) {
+#pragma unroll
+      for (int k0 = 0; k0 < kBS; k0 += kKStep)
+        warp_mma_step<T, 2, 4, kKStep, false, true, false, false>(acc, xs, St::kLdX, 0, ws, St::kLdW, 0, k0,
+                                                                  lane);
+    } else {
+      touch += static_cast<float>(xs[lane]) + static_cast<float>(ws[lane]);
+    }
+    __syncwarp();
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
+  }
+  cp_async_wait<0>();
+  float sum = touch;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int e = 0; e < 4; ++e) sum += acc[i][j][e];
+  if (sum == 1.2345e-30f) p.sink[threadIdx.x] = sum;  // keeps the work alive
+}
+
+// Read-only streaming: every thread sums 16-byte loads; HBM's read ceiling.
+__global__ void read_stream(const uint4* buf, int64_t n, float* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(buf + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) sink[0] = 1.f;
+}
+
+static bool g_even_only = false;      // argv "even": the jbs kernel and its replica only
+static bool g_global_layout = false;  // argv "global": layout as jbs.layouts.random
+static bool g_random_data = false;    // argv "normal": random normal data
+struct Problem {
+  int copies;
+  int64_t nnz;
+  size_t w_bytes;  // one copy
+  std::vector<char*> w;
+  int2* items;
+  int* col_offsets;
+  void* x;
+  void* x_tm;
+};
+
+// Each output block column gets exactly round(d * kBlocks) random rows; the
+// blocks are stored row-major (CSR order), as jbs stores them.
+static Problem make_problem(int elem, double density, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int per_col = std::max(1, static_cast<int>(density * kBlocks + 0.5));
+  std::vector<std::vector<int>> rows_of(kBlocks);
+  std::vector<int> all(kBlocks);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::vector<char>> present(kBlocks, std::vector<char>(kBlocks, 0));
+  if (g_global_layout) {
+    // As jbs.layouts.random: round(d * blocks) blocks anywhere, so columns differ in length.
+    std::vector<int> cells(kBlocks * kBlocks);
+    std::iota(cells.begin(), cells.end(), 0);
+    std::shuffle(cells.begin(), cells.end(), rng);
+    const int64_t count = std::max<int64_t>(1, static_cast<int64_t>(density * kBlocks * kBlocks + 0.5));
+    for (int64_t i = 0; i < count; ++i) present[cells[i] / kBlocks][cells[i] % kBlocks] = 1;
+  } else {
+    for (int o = 0; o < kBlocks; ++o) {
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int i = 0; i < per_col; ++i) present[all[i]][o] = 1;
+    }
+  }
+  std::vector<std::vector<int>> id(kBlocks, std::vector<int>(kBlocks, -1));
+  int64_t nnz = 0;
+  for (int r = 0; r < kBlocks; ++r)
+    for (int o = 0; o < kBlocks; ++o)
+      if (present[r][o]) id[r][o] = static_cast<int>(nnz++);
+  std::vector<int2> items;
+  std::vector<int> offsets{0};
+  for (int o = 0; o < kBlocks; ++o) {
+    for (int r = 0; r < kBlocks; ++r)
+      if (present[r][o]) items.push_back(make_int2(id[r][o], r));
+    offsets.push_back(static_cast<int>(items.size()));
+  }
+  Problem pr;
+  pr.nnz = nnz;
+  pr.w_bytes = static_cast<size_t>(nnz) * kBS * kBS * elem;
+  pr.copies = static_cast<int>(std::max<size_t>(2, (400u << 20) / pr.w_bytes + 1));
+  std::mt19937 frng(1);
+  std::vector<uint16_t> host(pr.w_bytes / 2);
+  for (auto& v : host) v = static_cast<uint16_t>(0x3c00 | (frng() & 0x3ff));  // finite bf16 / fp32 halves
+  if (g_random_data) {  // normal-ish values of either sign in every 16-bit half (bf16 and fp32 alike)
+    std::normal_distribution<float> normal;
+    for (auto& v : host) {
+      const float f = normal(frng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      v = static_cast<uint16_t>(bits >> 16);
+    }
+  }
+  for (int c = 0; c < pr.copies; ++c) {
+    char* d;
+    CHECK(cudaMalloc(&d, pr.w_bytes));
+    CHECK(cudaMemcpy(d, host.data(), pr.w_bytes, cudaMemcpyHostToDevice));
+    pr.w.push_back(d);
+  }
+  const size_t x_bytes = static_cast<size_t>(kN) * kC * elem;
+  CHECK(cudaMalloc(&pr.x, x_bytes));
+  CHECK(cudaMalloc(&pr.x_tm, x_bytes));
+  CHECK(cudaMemcpy(pr.x, host.data(), x_bytes, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(pr.x_tm, host.data(), x_bytes, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&pr.items, items.size() * sizeof(int2)));
+  CHECK(cudaMemcpy(pr.items, items.data(), items.size() * sizeof(int2), cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&pr.col_offsets, offsets.size() * sizeof(int)));
+  CHECK(cudaMemcpy(pr.col_offsets, offsets.data(), offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
+  return pr;
+}
+
+static void free_problem(Problem& pr) {
+  for (char* d : pr.w) CHECK(cudaFree(d));
+  CHECK(cudaFree(pr.x));
+  CHECK(cudaFree(pr.x_tm));
+  CHECK(cudaFree(pr.items));
+  CHECK(cudaFree(pr.col_offsets));
+}
+
+// Mean us per launch over `reps` back-to-back launches cycling the weight copies.
+template <typename Launch>
+static double time_us(Launch launch, int copies, int reps = 60) {
+  for (int i = 0; i < copies; ++i) launch(i);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) {
+    CHECK(cudaEventRecord(a));
+    for (int i = 0; i < reps; ++i) launch(i % copies);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, 1e3 * ms / reps);
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return best;
+}
+
+static int g_sms = 0;
+static float* g_sink = nullptr;
+static double g_copy_bw = 0;  // bytes/us
+
+template <typename T, int NW, int S, bool PERSIST, int XMODE, int WMODE, bool MMA>
+static void run(const char* dtype, const char* density, Problem& pr) {
+  auto kernel = seed_stream<T, NW, S, PERSIST, XMODE, WMODE, MMA>;
+  const int smem = NW * S * Stage<T, XMODE, WMODE>::kBytes;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NW * 32, smem));
+  const int grid = PERSIST ? g_sms * per_sm : kBlocks;
+  Params p{pr.x, pr.x_tm, nullptr, pr.items, pr.col_offsets, pr.nnz, g_sink};
+  const double us = time_us(
+      [&](int c) {
+        p.w = pr.w[c];
+        kernel<<<grid, NW * 32, smem>>>(p);
+      },
+      pr.copies);
+  const double floor_us = pr.w_bytes / g_copy_bw;
+  std::printf("| %s | %s | %s | %d x %d | %d/SM | x%d w%d | %s | %.1f | %.1f | %.2f |\n", dtype, density,
+              PERSIST ? "pers" : "col", NW, S, per_sm, XMODE, WMODE, MMA ? "mma" : "-", us, floor_us,
+              us / floor_us);
+  std::fflush(stdout);
+}
+
+// The jbs kernel itself (bsmm_stream_even_kernel.cuh) on the same problem, with its
+// summing launch, to compare with the replicas above in one run.
+template <typename T, bool TRANS>
+static void run_even(const char* dtype, const char* density, Problem& pr) {
+  using Cfg = StreamEvenConfig<T, kBS, TRANS, kN>;
+  auto kernel = bsmm_stream_even_kernel<T, kBS, TRANS, kN, false>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+  const int64_t warps = std::min<int64_t>(int64_t(g_sms) * per_sm * Cfg::kWarps, pr.nnz);
+  static float* scratch = nullptr;
+  static void* out = nullptr;
+  if (!scratch) {
+    CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
+    CHECK(cudaMalloc(&out, kN * kC * sizeof(float)));
+  }
+  StreamEvenParams p{};
+  p.in = pr.x;
+  p.offsets = pr.col_offsets;
+  p.items = reinterpret_cast<const int32_t*>(pr.items);
+  p.out = out;
+  p.pieces = scratch;
+  p.rows = kN;
+  p.in_tile_stride = kBS;
+  p.in_ld = kC;
+  p.out_cols = kC;
+  p.num_cols = kBlocks;
+  p.nnz = static_cast<int>(pr.nnz);
+  p.num_warps = static_cast<int>(warps);
+  const int grid = static_cast<int>((warps + Cfg::kWarps - 1) / Cfg::kWarps);
+  const double us = time_us(
+      [&](int c) {
+        p.w = pr.w[c];
+        kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
+        bsmm_stream_even_sum_kernel<T, kBS, TRANS, kN><<<(kBlocks + 3) / 4, 128>>>(p);
+      },
+      pr.copies);
+  const double floor_us = pr.w_bytes / g_copy_bw;
+  std::printf("| %s | %s | jbs even%s | %d x %d | %d/SM | x1 w%d | mma | %.1f | %.1f | %.2f |\n", dtype, density,
+              TRANS ? " dx" : "", Cfg::kWarps, Cfg::kStages, per_sm, Cfg::kBulkW ? 1 : 0, us, floor_us, us / floor_us);
+  std::fflush(stdout);
+}
+
+template <typename T>
+static void sweep(const char* dtype, const char* dname, double density, bool full) {
+  Problem pr = make_problem(sizeof(T), density, 7);
+  run_even<T, false>(dtype, dname, pr);
+  run_even<T, true>(dtype, dname, pr);
+  if (g_even_only) {
+    if constexpr (sizeof(T) == 2) {
+      run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, false, 1, 0, true>(dtype, dname, pr);
+    } else {
+      run<T, 8, 2, true, 1, 0, true>(dtype, dname, pr);
+      run<T, 8, 2, false, 1, 0, true>(dtype, dname, pr);
+    }
+    free_problem(pr);
+    return;
+  }
+  if constexpr (sizeof(T) == 2) {
+    // The kernel as it is (8 warps x 5 stages at 1 CTA/SM: its BIG variant; 4 x 3 at 3/SM).
+    run<T, 8, 5, false, 1, 0, true>(dtype, dname, pr);
+    run<T, 4, 3, false, 1, 0, true>(dtype, dname, pr);
+    run<T, 8, 5, false, 1, 0, false>(dtype, dname, pr);
+    run<T, 8, 5, false, 0, 0, false>(dtype, dname, pr);
+    // Persistent, balanced walk.
+    run<T, 8, 5, true, 1, 0, true>(dtype, dname, pr);
+    run<T, 8, 5, true, 1, 0, false>(dtype, dname, pr);
+    run<T, 8, 5, true, 0, 0, false>(dtype, dname, pr);
+    run<T, 4, 5, true, 1, 0, true>(dtype, dname, pr);  // 2 CTAs/SM
+    run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+    run<T, 8, 5, true, 3, 1, true>(dtype, dname, pr);
+    run<T, 8, 5, true, 3, 1, false>(dtype, dname, pr);
+    if (full) {
+      run<T, 4, 10, true, 1, 0, true>(dtype, dname, pr);
+      run<T, 16, 2, true, 1, 0, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 2, 0, true>(dtype, dname, pr);
+      run<T, 4, 10, true, 3, 1, true>(dtype, dname, pr);
+      run<T, 12, 4, true, 3, 1, true>(dtype, dname, pr);
+      run<T, 16, 3, true, 3, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, false, 3, 1, true>(dtype, dname, pr);
+    }
+  } else {
+    // fp32 stages are twice as large: the kernel's BIG variant is 8 x 2, the other 4 x 2.
+    run<T, 8, 2, false, 1, 0, true>(dtype, dname, pr);
+    run<T, 4, 2, false, 1, 0, true>(dtype, dname, pr);
+    run<T, 8, 2, false, 0, 0, false>(dtype, dname, pr);
+    run<T, 8, 2, true, 1, 0, true>(dtype, dname, pr);
+    run<T, 4, 5, true, 1, 0, true>(dtype, dname, pr);
+    run<T, 4, 5, true, 0, 0, false>(dtype, dname, pr);
+    run<T, 4, 5, true, 1, 1, true>(dtype, dname, pr);
+    run<T, 4, 5, true, 3, 1, true>(dtype, dname, pr);
+    run<T, 8, 3, true, 3, 1, true>(dtype, dname, pr);
+  }
+  free_problem(pr);
+}
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    g_even_only |= a == "even";
+    g_global_layout |= a == "global";
+    g_random_data |= a == "normal";
+  }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  g_sms = prop.multiProcessorCount;
+  CHECK(cudaMalloc(&g_sink, 4096 * sizeof(float)));
+  {
+    const size_t bytes = size_t(1) << 30;
+    char *a, *b;
+    CHECK(cudaMalloc(&a, bytes));
+    CHECK(cudaMalloc(&b, bytes));
+    CHECK(cudaMemset(a, 1, bytes));
+    const double copy_us = time_us([&](int) { CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 1, 10);
+    g_copy_bw = 2.0 * bytes / copy_us;
+    const double read_us = time_us(
+        [&](int) { read_stream<<<g_sms * 8, 512>>>(reinterpret_cast<const uint4*>(a), bytes / 16, g_sink); }, 1, 10);
+    std::printf("%s, %d SMs: copy %.0f GB/s (read + write), read-only stream %.0f GB/s\n\n", prop.name, g_sms,
+                g_copy_bw / 1e3, bytes / read_us / 1e3);
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+  }
+  std::printf("| dtype | density | walk | warps x stages | CTAs | x / w copy | mma | us | floor us | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  sweep<__nv_bfloat16>("bf16", "1/2", 0.5, true);
+  sweep<__nv_bfloat16>("bf16", "1/8", 0.125, true);
+  sweep<__nv_bfloat16>("bf16", "1/32", 1.0 / 32, false);
+  sweep<__nv_bfloat16>("bf16", "1/64", 1.0 / 64, false);
+  sweep<float>("fp32", "1/2", 0.5, false);
+  sweep<float>("fp32", "1/8", 0.125, false);
+  return 0;
+}
