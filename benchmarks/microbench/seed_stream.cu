@@ -65,17 +65,6 @@ struct Params {
   float* sink;
 };
 
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-__device__ __forceinline__ void expect_tx(uint64_t* bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-
 template <typename T, int XMODE, int WMODE>
 struct Stage {
   static constexpr bool k16 = sizeof(T) == 2;
@@ -144,11 +133,11 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
     if constexpr (kBulk) {
       if (lane == 0) {
         uint64_t* bar = &bars[warp][stage];
-        expect_tx(bar, St::kBulkBytes);
+        mbarrier_arrive_expect_tx(bar, St::kBulkBytes);
         if constexpr (XMODE == 3)
-          bulk_copy(xs, x_tm + static_cast<int64_t>(rb) * kN * kBS, kN * kBS * sizeof(T), bar);
+          bulk_copy_g2s(xs, x_tm + static_cast<int64_t>(rb) * kN * kBS, kN * kBS * sizeof(T), bar);
         if constexpr (WMODE == 1)
-          bulk_copy(ws, w + static_cast<int64_t>(wb) * kBS * kBS, kBS * kBS * sizeof(T), bar);
+          bulk_copy_g2s(ws, w + static_cast<int64_t>(wb) * kBS * kBS, kBS * kBS * sizeof(T), bar);
       }
     }
   };
