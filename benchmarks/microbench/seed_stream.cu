@@ -22,6 +22,9 @@
 // Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //     -o /tmp/seed_stream benchmarks/microbench/seed_stream.cu && /tmp/seed_stream
+// or, as a library for seed_stream_in_jax.py (the same run inside a jax process):
+//   nvcc ... -DSEED_STREAM_LIBRARY -Xcompiler -fPIC -shared -o /tmp/libseed_stream.so \
+//     benchmarks/microbench/seed_stream.cu
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -196,6 +199,28 @@ __global__ void read_stream(const uint4* buf, int64_t n, float* sink) {
   if (acc == 0x12345678u) sink[0] = 1.f;
 }
 
+// Where the problem's buffers come from: cudaMalloc, or, when this file is built as a library
+// and driven from Python with jax alive (seed_stream_in_jax.py), a callback that returns the
+// device address of a fresh XLA-allocated array. That separates "the process" from "the
+// buffers" when a kernel runs slower under jbs-bench than here.
+using DeviceAlloc = void* (*)(size_t);
+static DeviceAlloc g_alloc = nullptr;
+template <typename P>
+static void device_alloc(P** ptr, size_t bytes) {
+  if (g_alloc) {
+    *ptr = static_cast<P*>(g_alloc(bytes));
+    if (!*ptr) {
+      std::printf("allocation callback failed for %zu bytes\n", bytes);
+      std::exit(1);
+    }
+  } else {
+    CHECK(cudaMalloc(reinterpret_cast<void**>(ptr), bytes));
+  }
+}
+static void device_free(void* ptr) {
+  if (!g_alloc) CHECK(cudaFree(ptr));  // XLA's arrays are released by their Python owner
+}
+
 static bool g_even_only = false;      // argv "even": the jbs kernel and its replica only
 static bool g_global_layout = false;  // argv "global": layout as jbs.layouts.random
 static bool g_random_data = false;    // argv "normal": random normal data
@@ -262,28 +287,28 @@ static Problem make_problem(int elem, double density, uint64_t seed) {
   }
   for (int c = 0; c < pr.copies; ++c) {
     char* d;
-    CHECK(cudaMalloc(&d, pr.w_bytes));
+    device_alloc(&d, pr.w_bytes);
     CHECK(cudaMemcpy(d, host.data(), pr.w_bytes, cudaMemcpyHostToDevice));
     pr.w.push_back(d);
   }
   const size_t x_bytes = static_cast<size_t>(kN) * kC * elem;
-  CHECK(cudaMalloc(&pr.x, x_bytes));
-  CHECK(cudaMalloc(&pr.x_tm, x_bytes));
+  device_alloc(&pr.x, x_bytes);
+  device_alloc(&pr.x_tm, x_bytes);
   CHECK(cudaMemcpy(pr.x, host.data(), x_bytes, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(pr.x_tm, host.data(), x_bytes, cudaMemcpyHostToDevice));
-  CHECK(cudaMalloc(&pr.items, items.size() * sizeof(int2)));
+  device_alloc(&pr.items, items.size() * sizeof(int2));
   CHECK(cudaMemcpy(pr.items, items.data(), items.size() * sizeof(int2), cudaMemcpyHostToDevice));
-  CHECK(cudaMalloc(&pr.col_offsets, offsets.size() * sizeof(int)));
+  device_alloc(&pr.col_offsets, offsets.size() * sizeof(int));
   CHECK(cudaMemcpy(pr.col_offsets, offsets.data(), offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
   return pr;
 }
 
 static void free_problem(Problem& pr) {
-  for (char* d : pr.w) CHECK(cudaFree(d));
-  CHECK(cudaFree(pr.x));
-  CHECK(cudaFree(pr.x_tm));
-  CHECK(cudaFree(pr.items));
-  CHECK(cudaFree(pr.col_offsets));
+  for (char* d : pr.w) device_free(d);
+  device_free(pr.x);
+  device_free(pr.x_tm);
+  device_free(pr.items);
+  device_free(pr.col_offsets);
 }
 
 // Mean us per launch over `reps` back-to-back launches cycling the weight copies.
@@ -349,8 +374,8 @@ static void run_even(const char* dtype, const char* density, Problem& pr) {
   static float* scratch = nullptr;
   static void* out = nullptr;
   if (!scratch) {
-    CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
-    CHECK(cudaMalloc(&out, kN * kC * sizeof(float)));
+    device_alloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float));
+    device_alloc(&out, kN * kC * sizeof(float));
   }
   StreamEvenParams p{};
   p.in = pr.x;
@@ -433,7 +458,7 @@ static void sweep(const char* dtype, const char* dname, double density, bool ful
   free_problem(pr);
 }
 
-int main(int argc, char** argv) {
+static int seed_stream_main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     g_even_only |= a == "even";
@@ -469,3 +494,13 @@ int main(int argc, char** argv) {
   sweep<float>("fp32", "1/8", 0.125, false);
   return 0;
 }
+
+#ifdef SEED_STREAM_LIBRARY
+// ctypes entry point: the same run, with `alloc` (may be null: cudaMalloc) for the problem's buffers.
+extern "C" int seed_stream_run(int argc, char** argv, DeviceAlloc alloc) {
+  g_alloc = alloc;
+  return seed_stream_main(argc, argv);
+}
+#else
+int main(int argc, char** argv) { return seed_stream_main(argc, argv); }
+#endif

@@ -19,6 +19,7 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "conv/gathered_tile.cuh"
 #include "conv/row_gather.h"
 #include "matmul/tile_io.cuh"
@@ -90,7 +91,7 @@ template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = fa
 __global__ void __launch_bounds__(128) bsmm_blocks_kernel(const BlocksParams p) {
   using Cfg = BlocksConfig<T, BS, TRANS, TN>;
   constexpr int kStages = Cfg::kStages;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
 
   const int tid = threadIdx.x;

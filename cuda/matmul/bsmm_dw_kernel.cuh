@@ -23,6 +23,7 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "conv/gathered_tile.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   using Cfg = DwConfig<T, BS>;
   constexpr int kStages = Cfg::kStages;
   constexpr int kRows = Cfg::kRows;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
 
   const int tid = threadIdx.x;

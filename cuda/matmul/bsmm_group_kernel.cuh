@@ -24,6 +24,7 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "conv/gathered_tile.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
   constexpr int kP = Cfg::kP;
   constexpr int kStages = Cfg::kStages;
   constexpr int kTN = Cfg::kTN;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
 
   const int tid = threadIdx.x;

@@ -37,6 +37,7 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   constexpr int kP = Cfg::kP;
   constexpr int kStages = Cfg::kStages;
   constexpr int kTN = Cfg::kTN;
-  extern __shared__ __align__(16) unsigned char smem_raw[];  // offset 0: core matrices stay 128 B aligned
+  unsigned char* const smem_raw = dynamic_smem();  // offset 0: core matrices stay 128 B aligned
   T* const smem = reinterpret_cast<T*>(smem_raw);
 
   const int tid = threadIdx.x;

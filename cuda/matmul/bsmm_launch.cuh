@@ -436,10 +436,10 @@ cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t strea
 // kStreamEvenMaxCols output columns, not fp32 at HIGHEST (its 3xTF32 sums would
 // run a whole column into one accumulator), and only if the lowering reserved
 // its scratch (jbs/_src/lowering.py: _stream_even_scratch_floats, same rule).
-// Opt-in (JBS_STREAM_EVEN=1; read at every launch, and by the lowering): in its
-// microbenchmark it beats the one-column kernel at density 1/2 (bf16 bs 32 72
-// vs 86 us), but under jbs-bench it measured slower at every density
-// (benchmarks/NOTES.md, session 11), for reasons not yet found.
+// Opt-in (JBS_STREAM_EVEN=1; read at every launch, and by the lowering). With
+// its shared memory 128-byte aligned (session 12) it beats the one-column
+// kernel under jbs-bench at densities 1 to 1/4 (bf16 bs 32 1/2: 72.9 vs
+// 89.1 us), ties at 1/8 and loses below (benchmarks/NOTES.md, session 12).
 inline int stream_even_env() { return env_switch("JBS_STREAM_EVEN"); }
 
 // Scratch of the kernel: (groups, 2 * warps, row_tile * bs) fp32 pieces.

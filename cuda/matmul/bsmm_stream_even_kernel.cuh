@@ -1,10 +1,11 @@
 // Small-N fwd / dx (N <= kStreamMaxRows, sm_90): every warp streams an equal
 // share of all the op's items, and the weight blocks come by TMA bulk copies.
 //
-// Opt-in (JBS_STREAM_EVEN=1): under jbs-bench it measured slower than the
-// one-column kernel at every density, although the same kernel ran ~1.2x
-// faster than it in microbench/seed_stream.cu; see benchmarks/NOTES.md,
-// session 11.
+// Opt-in (JBS_STREAM_EVEN=1). In session 11 it measured slower than the
+// one-column kernel under jbs-bench, though ~1.2x faster in
+// microbench/seed_stream.cu: its stages started at 80 mod 128 bytes in jbs's
+// build, and the bulk copies into them cost ~1.6x the L2 requests
+// (common/smem.cuh; benchmarks/NOTES.md, session 12).
 //
 // Why it was built (benchmarks/NOTES.md, session 11, microbench/seed_stream.cu): at the seed
 // shape the one-column stream kernel (bsmm_stream_kernel.cuh) is bound neither
@@ -43,6 +44,7 @@
 #include "common/dtype.cuh"
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
 #include "matmul/bsmm_stream_kernel.cuh"  // fetch_item_batch
 #include "matmul/tile_io.cuh"
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   __shared__ int s_offsets[kStreamEvenMaxCols + 1];
   __shared__ __align__(8) uint64_t s_full[Cfg::kBulkW ? NW : 1][S];
 

@@ -25,6 +25,7 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
 #include "matmul/bsmm_group_kernel.cuh"   // GroupParams
 #include "matmul/tile_io.cuh"
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(256) bsmm_stream_group_kernel(const StreamGrou
   using Cfg = StreamGroupConfig<T, BS, TRANS, TN>;
   constexpr int kP = Cfg::kP;
   constexpr int kStages = Cfg::kStages;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   __shared__ int s_last;
   T* const smem = reinterpret_cast<T*>(smem_raw);
 

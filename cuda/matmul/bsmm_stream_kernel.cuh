@@ -26,6 +26,7 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(StreamConfig<T, BS, TRANS, TN, BIG>::kThreads)
   using Cfg = StreamConfig<T, BS, TRANS, TN, BIG>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   __shared__ int s_last;
 
   const int tid = threadIdx.x;
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG>::kThreads)
   using Cfg = DwStreamConfig<T, BS, TN, BIG>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;

@@ -42,6 +42,7 @@
 #include "common/dtype.cuh"
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
+#include "common/smem.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
 #include "matmul/bsmm_group_kernel.cuh"   // GroupParams
 #include "matmul/tile_io.cuh"
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(StreamWsConfig<T, BS, TRANS, TN>::kThreads, 1)
   constexpr int S = Cfg::kStages;
   constexpr int P = Cfg::kP;
   constexpr int R = Cfg::kRowInts;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* const smem_raw = dynamic_smem();
   T* const ring = reinterpret_cast<T*>(smem_raw);
   uint64_t* const full = reinterpret_cast<uint64_t*>(smem_raw + Cfg::kBarOffset);
   uint64_t* const empty = full + S;
