@@ -3,6 +3,8 @@
 The rest of the suite also runs on the GPU machine, through the same kernels; this file adds
 what only matters there: the HLO check, sizes past 2**31 elements, heavy columns, determinism."""
 
+import re
+
 import numpy as np
 import pytest
 import jax
@@ -207,6 +209,31 @@ def test_small_n_split_kernels(rng, monkeypatch, path, bs, dtype, n):
             dx_ref = dx_ref + f64(g[b]) @ W.T
         if not stacked_x:
             assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
+
+
+@pytest.mark.parametrize("dtype,bs", [(jnp.bfloat16, 32), (jnp.float16, 16)])
+def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, monkeypatch, dtype, bs):
+    """Without JBS_STREAM_EVEN, 16-bit weights of >= 24 MiB at bs 16 / 32 take the even-split
+    kernel (its pieces' scratch is in the compiled HLO), power-law layout with an empty row and
+    column, fwd and dx against float64, bit for bit on a repeat."""
+    monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
+    side = 4096 // bs  # >= 24 MiB of blocks: 12288 of 32 x 32, 49152 of 16 x 16
+    layout = heavy_column_layout(rng, side, int(side * 1.5), density=0.6)
+    bsmm = jbs.BlockSparseMatMul(layout, bs)
+    assert bsmm.nnz * bs * bs * 2 >= 24 << 20
+    x = random_array(rng, (29, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (29, bsmm.shape[1]), dtype)
+    run = jax.jit(lambda x, w, g: (bsmm(x, w), jax.vjp(bsmm, x, w)[1](g)[0]))
+    pieces = 2 * 1280 * 32 * bs  # lowering._stream_even_scratch_floats at 29 rows
+    scratch = [int(size) for size in re.findall(r"f32\[(\d+)\]", run.lower(x, w, g).compile().as_text())]
+    assert max(scratch) >= pieces, scratch
+    y, dx = run(x, w, g)
+    W = dense_f64(bsmm, w)
+    assert rel_error(y, f64(x) @ W) < tolerance(dtype)
+    assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype)
+    y2, dx2 = run(x, w, g)
+    assert np.array_equal(np.asarray(y2), np.asarray(y)) and np.array_equal(np.asarray(dx2), np.asarray(dx))
 
 
 @pytest.mark.parametrize("path", ["warp-specialized", "even-split"])

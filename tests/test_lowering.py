@@ -248,8 +248,8 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
                                                      setting, room):
     """Small N: the scratch rule of the even-split kernel (cuda/matmul/bsmm_stream_even_kernel.cuh):
     two pieces of row tile x bs fp32 per weight group and warp, for at most min(nnz, 1280)
-    warps; only with JBS_STREAM_EVEN=1 (the kernel is opt-in), at bs 16-64; never at bs 8, for
-    fp32 at HIGHEST, or at large N."""
+    warps; with JBS_STREAM_EVEN=1 at bs 16-64 (by default only with >= 24 MiB of weights, which
+    5000 blocks are not); never at bs 8, for fp32 at HIGHEST, at large N, or with =0."""
     monkeypatch.setenv("JBS_STREAM_EVEN", setting)
     num_cols = 9
     size = lambda rows, nnz: lowering._stream_even_scratch_floats(
@@ -258,3 +258,17 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
     assert size(9, 300) == (2 * 2 * 300 * 16 * block_size if room else 0)
     assert size(65, 5000) == 0
     assert lowering._stream_even_scratch_floats(2, 32, itemsize, block_size, 4097, 5000, precision) == 0
+
+
+@pytest.mark.parametrize("itemsize,block_size,nnz,room", [
+    (2, 32, 12288, True), (2, 32, 12287, False), (2, 16, 49152, True), (2, 16, 49151, False),
+    (2, 64, 10**5, False), (4, 32, 10**5, False), (2, 8, 10**6, False)])
+def test_small_n_scratch_takes_the_even_split_kernel_by_default_with_enough_weights(
+        monkeypatch, itemsize, block_size, nnz, room):
+    """Without JBS_STREAM_EVEN the even-split kernel's scratch is reserved for 16-bit weights
+    at bs 16 and 32 from 24 MiB on (bsmm_launch.cuh kStreamEvenMinBytes: 12288 bf16 blocks of
+    32 x 32, 49152 of 16 x 16), where it measured faster than the one-column kernel; bs 64 and
+    fp32 stay opt-in."""
+    monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
+    size = lowering._stream_even_scratch_floats(1, 32, itemsize, block_size, 384, nnz, 0)
+    assert size == (2 * 1280 * 32 * block_size if room else 0)

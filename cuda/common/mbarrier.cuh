@@ -32,7 +32,8 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
 }
 
 // Makes initialised barriers visible to the other threads (and to the async
-// proxy that cp.async's arrivals come from); a CTA barrier must follow.
+// proxy that cp.async's arrivals come from); a barrier among the threads that
+// use them (the CTA's, or the warp's for a warp's own) must follow.
 __device__ __forceinline__ void mbarrier_init_fence() {
 #ifdef JBS_MBARRIER_AVAILABLE
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

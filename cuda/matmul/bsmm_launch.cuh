@@ -436,10 +436,16 @@ cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t strea
 // kStreamEvenMaxCols output columns, not fp32 at HIGHEST (its 3xTF32 sums would
 // run a whole column into one accumulator), and only if the lowering reserved
 // its scratch (jbs/_src/lowering.py: _stream_even_scratch_floats, same rule).
-// Opt-in (JBS_STREAM_EVEN=1; read at every launch, and by the lowering). With
-// its shared memory 128-byte aligned (session 12) it beats the one-column
-// kernel under jbs-bench at densities 1 to 1/4 (bf16 bs 32 1/2: 72.9 vs
-// 89.1 us), ties at 1/8 and loses below (benchmarks/NOTES.md, session 12).
+// JBS_STREAM_EVEN=1 forces it, =0 disables it (read at every launch, and by the
+// lowering). By default it takes 16-bit types at bs 16 and 32 with at least
+// kStreamEvenMinBytes of weights: there it beat the one-column kernel under
+// jbs-bench on an H100 (bf16 bs 32 fwd at density 1/2 70.9 vs 88.5 us, 1/8
+// 25.9 vs 27.6; bs 16 1/8 41.7 vs 51.2), where each of its 1056 warps streams
+// >= ~24 KiB. Below that its fixed costs (pipeline fill, cut columns, the sum
+// launch) lose (1/16: 17.7 vs 15.6); fp32 (no bulk copies) gained <= 7% fwd and
+// lost dx; bs 64 (4 warps per CTA) was not measured (benchmarks/NOTES.md,
+// session 12).
+inline constexpr int64_t kStreamEvenMinBytes = int64_t(24) << 20;
 inline int stream_even_env() { return env_switch("JBS_STREAM_EVEN"); }
 
 // Scratch of the kernel: (groups, 2 * warps, row_tile * bs) fp32 pieces.
@@ -451,12 +457,12 @@ inline int64_t stream_even_max_warps(const BsmmBlocksArgs& a, int64_t row_tile) 
 template <typename T, int BS>
 bool use_stream_even(const BsmmBlocksArgs& a) {
   const int env = stream_even_env();
-  if (env != 1 || BS < 16 || a.gathered || (a.precise && sizeof(T) == 4) || a.offsets == nullptr ||
+  if (env == 0 || BS < 16 || a.gathered || (a.precise && sizeof(T) == 4) || a.offsets == nullptr ||
       a.items == nullptr || a.scratch == nullptr || a.nnz < 1 || a.out_cols / BS > kStreamEvenMaxCols ||
-      !device_is_sm90()) {
+      stream_even_max_warps(a, stream_row_tile_host(a.rows)) < 1 || !device_is_sm90()) {
     return false;
   }
-  return env == 1 && stream_even_max_warps(a, stream_row_tile_host(a.rows)) >= 1;
+  return env == 1 || (kIs16Bit<T> && BS <= 32 && a.nnz * BS * BS * int64_t(sizeof(T)) >= kStreamEvenMinBytes);
 }
 
 template <typename T, int BS, bool TRANS, int TN>

@@ -1,10 +1,11 @@
 // Small-N fwd / dx (N <= kStreamMaxRows, sm_90): every warp streams an equal
 // share of all the op's items, and the weight blocks come by TMA bulk copies.
 //
-// Opt-in (JBS_STREAM_EVEN=1). In session 11 it measured slower than the
-// one-column kernel under jbs-bench, though ~1.2x faster in
-// microbench/seed_stream.cu: its stages started at 80 mod 128 bytes in jbs's
-// build, and the bulk copies into them cost ~1.6x the L2 requests
+// Taken by default for 16-bit weights of >= 24 MiB at bs 16 / 32, forced by
+// JBS_STREAM_EVEN=1 (bsmm_launch.cuh: use_stream_even). In session 11 it
+// measured slower than the one-column kernel under jbs-bench, though ~1.2x
+// faster in microbench/seed_stream.cu: its stages started at 80 mod 128 bytes
+// in jbs's build, and the bulk copies into them cost ~1.6x the L2 requests
 // (common/smem.cuh; benchmarks/NOTES.md, session 12).
 //
 // Why it was built (benchmarks/NOTES.md, session 11, microbench/seed_stream.cu): at the seed
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
   unsigned char* const smem_raw = dynamic_smem();
-  __shared__ int s_offsets[kStreamEvenMaxCols + 1];
+  __shared__ __align__(16) int s_offsets[4 * ((kStreamEvenMaxCols + 1 + 3) / 4)];
   __shared__ __align__(8) uint64_t s_full[Cfg::kBulkW ? NW : 1][S];
 
   const int lane = threadIdx.x & 31;
@@ -150,50 +151,23 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   const int end = active ? static_cast<int>(nnz * (gw + 1) / W) : base;
   const int cnt = end - base;  // >= 1 for active warps since W <= nnz
 
-  // The first item batches are requested before the offsets, so both loads
-  // are in flight together.
+  // Start streaming before anything else: the prologue needs only this warp's
+  // own items and barriers, so the first stages' copies are in flight while
+  // the column offsets (~16 KB per CTA) arrive.
   const int2* const items = reinterpret_cast<const int2*>(p.items);
   int2 bcur = fetch_item_batch(items, base, 1, cnt, 0, lane);
   int2 bnxt = fetch_item_batch(items, base, 1, cnt, 1, lane);
-
-  for (int i = threadIdx.x; i <= num_cols; i += Cfg::kThreads) s_offsets[i] = __ldg(p.offsets + i);
   if constexpr (Cfg::kBulkW) {
     if (lane == 0) {
       for (int s = 0; s < S; ++s) mbarrier_init(&s_full[warp][s], 1);
+      mbarrier_init_fence();
     }
-    mbarrier_init_fence();
+    __syncwarp();
   }
-  __syncthreads();
-
-  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride;
-  auto store_column = [&](int o, const float (&v)[Cfg::kMT][Cfg::kNT][4]) {
-    store_fragments<T, Cfg::kMT, Cfg::kNT>(out + static_cast<int64_t>(o) * BS, p.out_cols, valid_rows, v, lane);
-  };
-
-  // Columns without items: zeros, spread over every warp of the grid.
-  {
-    const float zero[Cfg::kMT][Cfg::kNT][4] = {};
-    for (int o = blockIdx.x * NW + warp; o < num_cols; o += gridDim.x * NW) {
-      if (s_offsets[o] == s_offsets[o + 1]) store_column(o, zero);
-    }
-  }
-
-  if (!active) return;  // no CTA-wide barrier below
 
   const T* const in = static_cast<const T*>(p.in) + g * p.in_group_stride;
   const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
   T* const ring = reinterpret_cast<T*>(smem_raw) + warp * S * Cfg::kStageElems;
-
-  // First column: the last o with offsets[o] <= base (it has items, as base < nnz).
-  int lo = 0, hi = num_cols;  // offsets[lo] <= base < offsets[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (s_offsets[mid] <= base) lo = mid; else hi = mid;
-  }
-  const int first_col = lo;
-  int col = lo;
-  int col_end = s_offsets[col + 1];
-
   auto issue = [&](int stage, int t) {
     const int wb = __shfl_sync(0xffffffffu, bcur.x, t & 31);
     const int ib = __shfl_sync(0xffffffffu, bcur.y, t & 31);
@@ -214,12 +188,64 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
       load_tile_async<T, BS, BS, 32>(ws, Cfg::kLdW, src, BS, BS, lane);
     }
   };
-
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < cnt) issue(s, s);
     cp_async_commit();
   }
+
+  // The offsets, all requested at once (16-byte loads, then the stores).
+  {
+    constexpr int kVecs = (kStreamEvenMaxCols + 1 + 3) / 4;
+    constexpr int kPerThread = (kVecs + Cfg::kThreads - 1) / Cfg::kThreads;
+    const int num_vecs = (num_cols + 1 + 3) / 4;  // the last one may run past the table
+    const int full_vecs = (num_cols + 1) / 4;
+    const bool vector_ok = (reinterpret_cast<uintptr_t>(p.offsets) & 15) == 0;
+    int4 v[kPerThread];
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = threadIdx.x + k * Cfg::kThreads;
+      if (i < full_vecs && vector_ok) {
+        v[k] = __ldg(reinterpret_cast<const int4*>(p.offsets) + i);
+      } else if (i < num_vecs) {  // the table's tail (or a table not 16-byte aligned)
+        const int* four = p.offsets + 4 * i;
+        const int left = num_cols + 1 - 4 * i;
+        v[k] = make_int4(__ldg(four), left > 1 ? __ldg(four + 1) : 0, left > 2 ? __ldg(four + 2) : 0,
+                         left > 3 ? __ldg(four + 3) : 0);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = threadIdx.x + k * Cfg::kThreads;
+      if (i < num_vecs) reinterpret_cast<int4*>(s_offsets)[i] = v[k];
+    }
+  }
+  __syncthreads();
+
+  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride;
+  auto store_column = [&](int o, const float (&v)[Cfg::kMT][Cfg::kNT][4]) {
+    store_fragments<T, Cfg::kMT, Cfg::kNT>(out + static_cast<int64_t>(o) * BS, p.out_cols, valid_rows, v, lane);
+  };
+
+  // Columns without items: zeros, spread over every warp of the grid.
+  {
+    const float zero[Cfg::kMT][Cfg::kNT][4] = {};
+    for (int o = blockIdx.x * NW + warp; o < num_cols; o += gridDim.x * NW) {
+      if (s_offsets[o] == s_offsets[o + 1]) store_column(o, zero);
+    }
+  }
+
+  if (!active) return;  // no CTA-wide barrier below
+
+  // First column: the last o with offsets[o] <= base (it has items, as base < nnz).
+  int lo = 0, hi = num_cols;  // offsets[lo] <= base < offsets[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (s_offsets[mid] <= base) lo = mid; else hi = mid;
+  }
+  const int first_col = lo;
+  int col = lo;
+  int col_end = s_offsets[col + 1];
 
   float acc[Cfg::kMT][Cfg::kNT][4] = {};
   float* const pieces = p.pieces + g * 2 * W * Cfg::kPieceFloats;
@@ -303,22 +329,37 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
   if (first_w == last_w) return;
   const int64_t g = blockIdx.y;
   const float* const pieces = p.pieces + g * 2 * W * Cfg::kPieceFloats;
+  // Pieces are read kBatch at a time, all loads of a batch in flight together
+  // (a column has 2-4 pieces at density 1/2), and added in warp order.
+  constexpr int kFrags = Cfg::kMT * Cfg::kNT;  // float4s per lane per piece
+  constexpr int kBatch = cclamp(32 / kFrags, 1, 4);
   float sum[Cfg::kMT][Cfg::kNT][4] = {};
-  for (int q = first_w; q <= last_w; ++q) {
-    // Warp q's piece of this column: its first column's slot unless q started in
-    // an earlier column (only possible for the first warp).
-    const bool later = q == first_w && nnz * q / W < col_begin;
-    const float4* piece =
-        reinterpret_cast<const float4*>(pieces + static_cast<int64_t>(2 * q + (later ? 1 : 0)) * Cfg::kPieceFloats);
+  for (int q0 = first_w; q0 <= last_w; q0 += kBatch) {
+    float4 f[kBatch][kFrags];
 #pragma unroll
-    for (int mt = 0; mt < Cfg::kMT; ++mt) {
+    for (int b = 0; b < kBatch; ++b) {
+      const int q = q0 + b;
+      // Warp q's piece of this column: its first column's slot unless q started
+      // in an earlier column (only possible for the first warp).
+      const bool later = q == first_w && nnz * q / W < col_begin;
+      const float4* piece =
+          reinterpret_cast<const float4*>(pieces + static_cast<int64_t>(2 * q + (later ? 1 : 0)) * Cfg::kPieceFloats);
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kNT; ++nt) {
-        const float4 f = __ldcg(piece + (mt * Cfg::kNT + nt) * 32 + lane);
-        sum[mt][nt][0] += f.x;
-        sum[mt][nt][1] += f.y;
-        sum[mt][nt][2] += f.z;
-        sum[mt][nt][3] += f.w;
+      for (int i = 0; i < kFrags; ++i) f[b][i] = q <= last_w ? __ldcg(piece + i * 32 + lane) : float4{};
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (q0 + b > last_w) break;  // (no loads below: an early exit is free here)
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt) {
+          const float4 v = f[b][mt * Cfg::kNT + nt];
+          sum[mt][nt][0] += v.x;
+          sum[mt][nt][1] += v.y;
+          sum[mt][nt][2] += v.z;
+          sum[mt][nt][3] += v.w;
+        }
       }
     }
   }

@@ -122,19 +122,25 @@ def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size:
 
 # Small-N path on sm_90 that cuts all items evenly over the warps and copies weight blocks in
 # bulk (cuda/matmul/bsmm_stream_even_kernel.cuh): two fp32 pieces per warp. Keep in sync with
-# bsmm_launch.cuh (use_stream_even, stream_even_max_warps) and the kernel's kStreamEvenMaxCols.
-# The launcher uses at most 8 warps per SM and no more than this scratch has room for.
+# bsmm_launch.cuh (use_stream_even, kStreamEvenMinBytes, stream_even_max_warps) and the
+# kernel's kStreamEvenMaxCols. The launcher uses at most 8 warps per SM and no more than this
+# scratch has room for.
 _STREAM_EVEN_MAX_COLS = 4096
 _STREAM_EVEN_RESERVED_WARPS = 8 * 160
+_STREAM_EVEN_MIN_BYTES = 24 << 20
 
 
 def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
                                 num_cols: int, nnz: int, precision: int) -> int:
     """float32 elements of the even-split small-N kernel's pieces, or 0 where the kernels
-    would not take it (bsmm_launch.cuh use_stream_even: only with JBS_STREAM_EVEN=1, at bs
-    16-64, not for fp32 at HIGHEST, large N or too many output columns). Sized for the row
+    would not take it (bsmm_launch.cuh use_stream_even): by default 16-bit types at bs 16 and
+    32 with at least 24 MiB of weights; any bs of 16-64 with JBS_STREAM_EVEN=1; never with
+    =0, for fp32 at HIGHEST, at large N or with too many output columns. Sized for the row
     tile of the global rows, at least each device's."""
-    if (os.environ.get("JBS_STREAM_EVEN", "") != "1" or rows > _STREAM_MAX_ROWS
+    setting = os.environ.get("JBS_STREAM_EVEN", "")
+    default = (itemsize == 2 and block_size in (16, 32)
+               and nnz * block_size**2 * itemsize >= _STREAM_EVEN_MIN_BYTES)
+    if (setting == "0" or (setting != "1" and not default) or rows > _STREAM_MAX_ROWS
             or block_size < 16 or nnz == 0 or num_cols > _STREAM_EVEN_MAX_COLS
             or (itemsize == 4 and precision == precision_lib.HIGHEST)):
         return 0

@@ -28,6 +28,8 @@ DENSITY_FREE = ("block_size", "density")  # the dense peer's time does not depen
 
 def _peers_for(case, full: bool) -> list[str]:
     peers = ["xla_dense"]
+    if case.n <= 64:  # the memory-bound cases: how close a plain kernel gets to their floor
+        peers.append("xla_copy")
     if case.op == "forward":
         peers.append("torch_bsr")
         if full and case.dtype == "float32" and case.n == 32 and case.density in (1 / 8, 1 / 64):
@@ -120,8 +122,10 @@ def main(argv=None) -> int:
             # the dense peer does all the FLOPs of the dense op, not only the nonzero blocks'
             flops = case.flops() if impl != "xla_dense" else round(case.flops() / case.nnz() * (
                 (case.c // case.block_size) * (case.k // case.block_size)))
+            if impl == "xla_copy":  # moves the case's bytes, computes nothing
+                flops = 0
             records.append({**case.__dict__, "suite": suite, "impl": impl, "us": us, "floor_us": floor,
-                            "bytes": case.bytes() if impl == "jbs" else None, "flops": flops,
+                            "bytes": case.bytes() if impl in ("jbs", "xla_copy") else None, "flops": flops,
                             "tflops": flops / us * 1e-6})
         write()
         elapsed = time.time() - started

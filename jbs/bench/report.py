@@ -32,10 +32,12 @@ def markdown(meta: dict, records: list[dict]) -> str:
              "), both measured in this run. Useful FLOPs count nonzero blocks only. "
              "The training step's floor is the sum of its three ops' floors. "
              "'x dense' and 'x torch' are speed-ups of jbs over them (>1: jbs faster); "
-             "'% dense rate' is jbs's useful TFLOP/s over the dense op's TFLOP/s in this run.", "",
-             "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | jbs TFLOP/s "
-             "| dense us | x dense | % dense rate | torch BSR us | x torch | BCSR us |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "'% dense rate' is jbs's useful TFLOP/s over the dense op's TFLOP/s in this run. "
+             "'copy us' is the floor's bytes through XLA's elementwise add (two arrays read, one "
+             "written), timed the same way: the floor plus what one plain kernel adds to it.", "",
+             "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | copy us "
+             "| jbs TFLOP/s | dense us | x dense | % dense rate | torch BSR us | x torch | BCSR us |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for impls in _by_case(records).values():
         ours = impls.get("jbs")
         if ours is None:
@@ -49,7 +51,8 @@ def markdown(meta: dict, records: list[dict]) -> str:
             dense_rate = f"{100 * ours['tflops'] / dense_tflops:.0f}%" if dense_tflops else "-"
         lines.append(f"| {ours.get('suite', 'matmul')} | {ours['op']} | {ours['dtype']} | {_shape(ours)} "
                      f"| {ours['block_size']} | 1/{1 / ours['density']:.0f} | {ours['us']:.1f} "
-                     f"| {ours['floor_us']:.1f} | {ours['us'] / ours['floor_us']:.2f} | {ours['tflops']:.0f} "
+                     f"| {ours['floor_us']:.1f} | {ours['us'] / ours['floor_us']:.2f} | {cell('xla_copy')} "
+                     f"| {ours['tflops']:.0f} "
                      f"| {cell('xla_dense')} | {ratio('xla_dense')} | {dense_rate} | {cell('torch_bsr')} "
                      f"| {ratio('torch_bsr')} | {cell('jax_bcsr')} |")
     return "\n".join(lines) + "\n"

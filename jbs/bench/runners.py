@@ -72,6 +72,21 @@ def run_dense(case: Case) -> float:
     return timing.time_chain(_apply(case.op, jnp.matmul), _sets(dense_case, make), min_ops=DENSE_MIN_OPS)
 
 
+def run_copy(case: Case) -> float:
+    """The case's floor bytes through XLA's own elementwise kernel: c = a + b over float32
+    arrays of a third of case.bytes() each (two read, one written, like each matmul op).
+    Timed like every op here, it shows what the simplest memory-bound kernel reaches on those
+    bytes, per-kernel launch, ramp and drain included, which the floor (bytes over the copy
+    rate of a 1 GiB copy) leaves out."""
+    words = max(1, case.bytes() // 3 // 4)
+
+    def make(key):
+        ka, kb = jax.random.split(key)
+        return (jax.random.normal(ka, (words,), jnp.float32), jax.random.normal(kb, (words,), jnp.float32))
+
+    return timing.time_chain(jnp.add, _sets(case, make), min_ops=MIN_OPS)
+
+
 def run_bcsr(case: Case) -> float:
     """jax.experimental.sparse BCSR (cuSPARSE on GPU), forward only."""
     from jax.experimental import sparse  # noqa: PLC0415
@@ -144,5 +159,6 @@ def run_dense_conv(case) -> float:
     return timing.time_chain(_apply(case.op, conv), _sets(case, make), min_ops=MIN_OPS)
 
 
-RUNNERS = {"jbs": run_jbs, "xla_dense": run_dense, "jax_bcsr": run_bcsr, "torch_bsr": run_torch_bsr}
+RUNNERS = {"jbs": run_jbs, "xla_dense": run_dense, "jax_bcsr": run_bcsr, "torch_bsr": run_torch_bsr,
+           "xla_copy": run_copy}
 CONV_RUNNERS = {"jbs": run_jbs_conv, "xla_dense": run_dense_conv}
