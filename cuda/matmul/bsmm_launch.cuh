@@ -49,6 +49,23 @@ inline void fill_operands(FwdDxOperands& p, const BsmmBlocksArgs& a) {
   p.gather = a.gather;
 }
 
+// The operands the small-N stream kernels share (StreamParams, StreamEvenParams):
+// the activation as row-major tiles of bs columns (in_tile_stride, in_ld).
+template <typename StreamOperands>
+void fill_stream_operands(StreamOperands& p, const BsmmBlocksArgs& a) {
+  p.in = a.in;
+  p.w = a.w;
+  p.items = a.items;
+  p.out = a.out;
+  p.rows = a.rows;
+  p.in_tile_stride = a.block_size;
+  p.in_ld = a.in_cols;
+  p.out_cols = a.out_cols;
+  p.in_group_stride = a.in_group_stride;
+  p.w_group_stride = a.w_group_stride;
+  p.out_group_stride = a.out_group_stride;
+}
+
 template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = false>
 cudaError_t launch_blocks_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   using Cfg = BlocksConfig<T, BS, TRANS, TN>;
@@ -279,17 +296,9 @@ template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool BIG>
 cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   using Cfg = StreamConfig<T, BS, TRANS, TN, BIG>;
   StreamParams p;
-  p.in = a.in;
-  p.w = a.w;
-  p.items = a.items;
+  fill_stream_operands(p, a);
   p.chunks = reinterpret_cast<const int4*>(a.chunks);
   p.splits = a.splits;
-  p.out = a.out;
-  p.rows = a.rows;
-  p.in_tile_stride = BS;
-  p.in_ld = a.in_cols;
-  p.out_cols = a.out_cols;
-  p.in_group_stride = a.in_group_stride;
   if (use_tile_major<T, BS>(a)) {
     T* tiled = reinterpret_cast<T*>(static_cast<unsigned char*>(a.scratch) +
                                     stream_tile_major_offset(a.rows, a.groups, a.n_split, BS));
@@ -300,8 +309,6 @@ cudaError_t launch_stream_variant(const BsmmBlocksArgs& a, cudaStream_t stream) 
     p.in_tile_stride = a.rows * BS;
     p.in_ld = BS;  // in_group_stride (rows * in_cols or 0) is unchanged
   }
-  p.w_group_stride = a.w_group_stride;
-  p.out_group_stride = a.out_group_stride;
   p.n_split = static_cast<int>(a.n_split);
   p.counters = nullptr;
   p.partials = nullptr;
@@ -470,25 +477,14 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
   const auto kernel = bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false>;
   StreamEvenParams p;
-  p.in = a.in;
-  p.w = a.w;
+  fill_stream_operands(p, a);
   p.offsets = a.offsets;
-  p.items = a.items;
-  p.out = a.out;
-  p.rows = a.rows;
-  p.in_tile_stride = BS;
-  p.in_ld = a.in_cols;
-  p.out_cols = a.out_cols;
-  p.in_group_stride = a.in_group_stride;
-  p.w_group_stride = a.w_group_stride;
-  p.out_group_stride = a.out_group_stride;
   p.num_cols = static_cast<int>(a.out_cols / BS);
   p.nnz = static_cast<int>(a.nnz);
-  // One CTA per SM slot (static shared memory: the column offsets and barriers),
-  // no more warps than items or than the scratch has piece slots for.
-  const size_t static_smem = sizeof(int) * (kStreamEvenMaxCols + 1) + sizeof(uint64_t) * Cfg::kWarps * Cfg::kStages;
-  int64_t warps = static_cast<int64_t>(a.num_sms) * resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + static_smem) *
-                  Cfg::kWarps;
+  // One CTA per SM slot, no more warps than items or than the scratch has
+  // piece slots for.
+  int64_t warps = static_cast<int64_t>(a.num_sms) *
+                  resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + Cfg::kStaticSmemBytes) * Cfg::kWarps;
   warps = warps < a.nnz ? warps : a.nnz;
   const int64_t room = stream_even_max_warps(a, TN);
   warps = warps < room ? warps : room;

@@ -95,6 +95,11 @@ struct StreamEvenConfig {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kSmemBytes = kWarps * kStages * kStageBytes;
   static constexpr int kPieceFloats = TN * BS;  // = kMT * kNT * 4 floats per lane
+  // Static shared memory: the column offsets (as 16-byte vectors) and the
+  // stages' barriers (bulk weight copies only).
+  static constexpr int kOffsetSlots = 4 * ((kStreamEvenMaxCols + 1 + 3) / 4);
+  static constexpr int kStaticSmemBytes =
+      kOffsetSlots * static_cast<int>(sizeof(int)) + (kBulkW ? kWarps : 1) * kStages * static_cast<int>(sizeof(uint64_t));
   static_assert(kStageBytes % 16 == 0 && (kXElems * sizeof(T)) % 16 == 0, "16B alignment of bulk copies");
 };
 
@@ -135,7 +140,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
   unsigned char* const smem_raw = dynamic_smem();
-  __shared__ __align__(16) int s_offsets[4 * ((kStreamEvenMaxCols + 1 + 3) / 4)];
+  __shared__ __align__(16) int s_offsets[Cfg::kOffsetSlots];
   __shared__ __align__(8) uint64_t s_full[Cfg::kBulkW ? NW : 1][S];
 
   const int lane = threadIdx.x & 31;
