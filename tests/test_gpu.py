@@ -170,11 +170,13 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
     _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
 
 
-# JBS_STREAM_EVEN / JBS_STREAM_WS / JBS_STREAM_GROUPS settings that force each small-N kernel
-# with a split reduction (the even-split and warp-specialized ones exist on sm_90 only, the
-# even-split one for bs 16-64 and not for fp32 at HIGHEST; elsewhere its case runs the fallback).
-SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1"), "warp-specialized": ("0", "1", "0"),
-                       "even-split": ("1", "0", "0")}
+# JBS_STREAM_EVEN / JBS_STREAM_WS / JBS_STREAM_GROUPS / JBS_STREAM_EVEN_GROUP settings that
+# force each small-N kernel with a split reduction (the even-split and warp-specialized ones
+# exist on sm_90 only, the even-split one for bs 16-64 and not for fp32 at HIGHEST, its group
+# variant for 16-bit types at bs 8 and 16 up to 32 rows; elsewhere a case runs the fallback).
+SMALL_N_SPLIT_ENV = ("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS", "JBS_STREAM_EVEN_GROUP")
+SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0"), "warp-specialized": ("0", "1", "0", "0"),
+                       "even-split": ("1", "0", "0", "0"), "even-split-groups": ("0", "0", "0", "1")}
 
 
 @pytest.mark.parametrize("path", sorted(SMALL_N_SPLIT_PATHS))
@@ -187,8 +189,7 @@ def test_small_n_split_kernels(rng, monkeypatch, path, bs, dtype, n):
     and column, a partial last column group (bs 32: 9 columns in groups of 4), enough items per
     column to be cut into several pieces whose partials are summed by the last to arrive, and
     under vmap over stacked weights (at 29 rows, over stacked activations too)."""
-    for name, setting in zip(("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS"),
-                             SMALL_N_SPLIT_PATHS[path]):
+    for name, setting in zip(SMALL_N_SPLIT_ENV, SMALL_N_SPLIT_PATHS[path]):
         monkeypatch.setenv(name, setting)
     layout = heavy_column_layout(rng, 70, 9 * max(1, 32 // bs), density=0.5)
     stacked_x = n == 29
@@ -211,12 +212,16 @@ def test_small_n_split_kernels(rng, monkeypatch, path, bs, dtype, n):
             assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
 
 
-@pytest.mark.parametrize("dtype,bs", [(jnp.bfloat16, 32), (jnp.float16, 16)])
-def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, monkeypatch, dtype, bs):
-    """Without JBS_STREAM_EVEN, 16-bit weights of >= 24 MiB at bs 16 / 32 take the even-split
-    kernel (its pieces' scratch is in the compiled HLO), power-law layout with an empty row and
-    column, fwd and dx against float64, bit for bit on a repeat."""
+@pytest.mark.parametrize("dtype,bs,columns", [(jnp.bfloat16, 32, 32), (jnp.float16, 16, 128),
+                                              (jnp.bfloat16, 8, 128)])
+def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, monkeypatch, dtype, bs,
+                                                                         columns):
+    """Without JBS_STREAM_EVEN(_GROUP), 16-bit weights of >= 24 MiB take the even-split kernel
+    at bs 32 and its column-group variant at bs 8 / 16 (union items of ~4.8 / ~9.6 blocks here;
+    the pieces' scratch, row tile x `columns` floats, is in the compiled HLO), power-law layout
+    with an empty row and column, fwd and dx against float64, bit for bit on a repeat."""
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
+    monkeypatch.delenv("JBS_STREAM_EVEN_GROUP", raising=False)
     side = 4096 // bs  # >= 24 MiB of blocks: 12288 of 32 x 32, 49152 of 16 x 16
     layout = heavy_column_layout(rng, side, int(side * 1.5), density=0.6)
     bsmm = jbs.BlockSparseMatMul(layout, bs)
@@ -225,7 +230,7 @@ def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, mo
     w = random_array(rng, bsmm.w_shape, dtype)
     g = random_array(rng, (29, bsmm.shape[1]), dtype)
     run = jax.jit(lambda x, w, g: (bsmm(x, w), jax.vjp(bsmm, x, w)[1](g)[0]))
-    pieces = 2 * 1280 * 32 * bs  # lowering._stream_even_scratch_floats at 29 rows
+    pieces = 2 * 1280 * 32 * columns  # lowering._stream_even(_group)_scratch_floats at 29 rows
     scratch = [int(size) for size in re.findall(r"f32\[(\d+)\]", run.lower(x, w, g).compile().as_text())]
     assert max(scratch) >= pieces, scratch
     y, dx = run(x, w, g)
@@ -236,8 +241,8 @@ def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, mo
     assert np.array_equal(np.asarray(y2), np.asarray(y)) and np.array_equal(np.asarray(dx2), np.asarray(dx))
 
 
-@pytest.mark.parametrize("path", ["warp-specialized", "even-split"])
-@pytest.mark.parametrize("bs", [8, 32, 64])
+@pytest.mark.parametrize("path", ["warp-specialized", "even-split", "even-split-groups"])
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [3, 32])
 def test_small_n_split_kernels_on_edge_layouts(rng, monkeypatch, path, bs, dtype, n):
@@ -245,8 +250,7 @@ def test_small_n_split_kernels_on_edge_layouts(rng, monkeypatch, path, bs, dtype
     split: whole column groups without a block (written as zeros), a single block (fewer items
     than CTAs or warps), and a wide layout whose columns are each cut over many CTAs or warps;
     results repeat bit for bit."""
-    for name, setting in zip(("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS"),
-                             SMALL_N_SPLIT_PATHS[path]):
+    for name, setting in zip(SMALL_N_SPLIT_ENV, SMALL_N_SPLIT_PATHS[path]):
         monkeypatch.setenv(name, setting)
     width = 128 // bs
     wide = rng.random((40, 20 * width)) < 0.4

@@ -272,3 +272,36 @@ def test_small_n_scratch_takes_the_even_split_kernel_by_default_with_enough_weig
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
     size = lowering._stream_even_scratch_floats(1, 32, itemsize, block_size, 384, nnz, 0)
     assert size == (2 * 1280 * 32 * block_size if room else 0)
+
+
+def _group_tables(num_groups: int, items_per_group: int):
+    offsets = np.arange(num_groups + 1, dtype=np.int32) * items_per_group
+    return offsets, np.zeros((num_groups * items_per_group, 1 + 8), np.int32)
+
+
+@pytest.mark.parametrize("setting,itemsize,block_size,rows,nnz,union_items,expected", [
+    ("", 2, 16, 32, 49152, 12288, 2 * 1280 * 32 * 128),  # reuse 4, 24 MiB: taken
+    ("", 2, 16, 16, 49152, 12288, 2 * 1280 * 16 * 128),  # row tile 16
+    ("", 2, 16, 32, 36864, 29696, 2 * 1280 * 32 * 128),  # reuse 1.24, 18 MiB (seed at 1/16)
+    ("", 2, 16, 32, 36864, 32768, 0),                     # reuse 1.125 < 1.2
+    ("", 2, 16, 32, 32000, 8000, 0),                      # under 16 MiB
+    ("", 2, 8, 32, 1179648, 147456, 2 * 1280 * 32 * 128),  # bs 8, reuse 8 (seed at 1/2)
+    ("", 2, 8, 32, 589824, 135168, 0),                    # bs 8, reuse 4.4 < 7
+    ("", 2, 16, 33, 49152, 12288, 0),                     # more than 32 rows
+    ("", 4, 16, 32, 49152, 12288, 0),                     # fp32 never
+    ("", 2, 32, 32, 49152, 12288, 0),                     # bs 32 never
+    ("1", 2, 8, 32, 100, 88, 2 * 88 * 32 * 128),          # forced: any reuse, warps <= items
+    ("0", 2, 16, 32, 49152, 12288, 0),
+])
+def test_small_n_scratch_of_the_even_split_group_kernel(monkeypatch, setting, itemsize, block_size,
+                                                        rows, nnz, union_items, expected):
+    """The even-split kernel over column groups (bsmm_launch.cuh use_stream_even_group) gets
+    two pieces of row tile x 128 floats per warp, for at most 1280 warps, where it would run:
+    16-bit types at bs 8 and 16 up to 32 rows, by default with >= 16 MiB of weights and
+    union items of >= 1.2 (bs 16) / 7 (bs 8) blocks; JBS_STREAM_EVEN_GROUP=1 forces it and =0
+    disables it."""
+    monkeypatch.setenv("JBS_STREAM_EVEN_GROUP", setting)
+    offsets, items = _group_tables(4, union_items // 4)
+    size = lowering._stream_even_group_scratch_floats(1, rows, itemsize, block_size, nnz, offsets,
+                                                      items)
+    assert size == expected

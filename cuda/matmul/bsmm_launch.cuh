@@ -15,6 +15,7 @@
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
+#include "matmul/bsmm_stream_even_group_kernel.cuh"
 #include "matmul/bsmm_stream_even_kernel.cuh"
 #include "matmul/bsmm_stream_group_kernel.cuh"
 #include "matmul/bsmm_stream_ws_kernel.cuh"
@@ -472,6 +473,27 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
   return env == 1 || (kIs16Bit<T> && BS <= 32 && a.nnz * BS * BS * int64_t(sizeof(T)) >= kStreamEvenMinBytes);
 }
 
+// Launches an even-split walk (one CTA per SM slot, no more warps than the
+// `items` it cuts or than the scratch has `room` for) over p, then its sum
+// kernel, one warp per output column.
+template <typename Cfg, typename Walk, typename Sum>
+cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int64_t items, int64_t room, Walk walk,
+                              Sum sum, cudaStream_t stream) {
+  p.nnz = static_cast<int>(items);
+  int64_t warps = static_cast<int64_t>(a.num_sms) *
+                  resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + Cfg::kStaticSmemBytes) * Cfg::kWarps;
+  warps = warps < items ? warps : items;
+  warps = warps < room ? warps : room;
+  p.num_warps = static_cast<int>(warps);
+  p.pieces = static_cast<float*>(a.scratch);
+  const dim3 grid(static_cast<unsigned>((warps + Cfg::kWarps - 1) / Cfg::kWarps), static_cast<unsigned>(a.groups));
+  cudaError_t err = launch_kernel(walk, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  if (err != cudaSuccess) return err;
+  const int64_t out_blocks = a.out_cols / a.block_size;
+  const dim3 sum_grid(static_cast<unsigned>((out_blocks + 3) / 4), static_cast<unsigned>(a.groups));
+  return launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
+}
+
 template <typename T, int BS, bool TRANS, int TN>
 cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
@@ -480,21 +502,57 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
   fill_stream_operands(p, a);
   p.offsets = a.offsets;
   p.num_cols = static_cast<int>(a.out_cols / BS);
-  p.nnz = static_cast<int>(a.nnz);
-  // One CTA per SM slot, no more warps than items or than the scratch has
-  // piece slots for.
-  int64_t warps = static_cast<int64_t>(a.num_sms) *
-                  resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + Cfg::kStaticSmemBytes) * Cfg::kWarps;
-  warps = warps < a.nnz ? warps : a.nnz;
-  const int64_t room = stream_even_max_warps(a, TN);
-  warps = warps < room ? warps : room;
-  p.num_warps = static_cast<int>(warps);
-  p.pieces = static_cast<float*>(a.scratch);
-  const dim3 grid(static_cast<unsigned>((warps + Cfg::kWarps - 1) / Cfg::kWarps), static_cast<unsigned>(a.groups));
-  cudaError_t err = launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
-  if (err != cudaSuccess) return err;
-  const dim3 sum_grid(static_cast<unsigned>((p.num_cols + 3) / 4), static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_stream_even_sum_kernel<T, BS, TRANS, TN>, sum_grid, dim3(128), 0, stream, p);
+  return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps(a, TN), kernel,
+                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, stream);
+}
+
+// Whether the even-split kernel over column groups (bsmm_stream_even_group_kernel.cuh)
+// serves this call: sm_90, 16-bit types at bs 8 and 16, N <= 32, the large-N
+// group tables (width 128 / bs) passed, at most kStreamEvenGroupMaxGroups groups,
+// and only if the lowering reserved its scratch (jbs/_src/lowering.py:
+// _stream_even_group_scratch_floats, same rule). JBS_STREAM_EVEN_GROUP=1 forces
+// it, =0 disables it. By default it takes calls with at least
+// kStreamEvenGroupMinBytes of weights whose union items carry enough blocks
+// each (reuse = nnz / union items). Measured against the default kernels at the
+// seed shape on an H100 (benchmarks/NOTES.md, session 13), bf16 fwd us:
+//   bs 16: density 1 120 vs 256, 1/2 72 vs 131, 1/4 55 vs 73, 1/8 40 vs 42,
+//          1/16 (reuse 1.24) 29 vs 31, 1/32 (reuse 1.12) 24 vs 15;
+//   bs 8: density 1 (reuse 16) 183 vs 284, 1/2 (reuse 8) 137 vs 147, 1/4
+//          (reuse 4.3) 115 vs 79: its per-item cost is still ~2x bs 16's.
+inline constexpr int64_t kStreamEvenGroupMinBytes = int64_t(16) << 20;
+inline double stream_even_group_min_reuse(int bs) { return bs == 8 ? 7.0 : 1.2; }
+inline int stream_even_group_env() { return env_switch("JBS_STREAM_EVEN_GROUP"); }
+
+// Scratch of the kernel: (groups, 2 * warps, row_tile * 128) fp32 pieces.
+inline int64_t stream_even_group_max_warps(const BsmmBlocksArgs& a, int64_t row_tile) {
+  return a.scratch_bytes / 4 / (a.groups * 2 * row_tile * 128);
+}
+
+template <typename T, int BS>
+bool use_stream_even_group(const BsmmBlocksArgs& a) {
+  const int env = stream_even_group_env();
+  if (env == 0 || !kIs16Bit<T> || (BS != 8 && BS != 16) || a.gathered || a.rows > 32 ||
+      a.group_offsets == nullptr || a.group_items == nullptr || a.group_width != 128 / BS ||
+      a.num_group_items < 1 || a.num_groups > kStreamEvenGroupMaxGroups || a.scratch == nullptr ||
+      stream_even_group_max_warps(a, stream_row_tile_host(a.rows)) < 1 || !device_is_sm90()) {
+    return false;
+  }
+  const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
+  return env == 1 || (reuse >= stream_even_group_min_reuse(BS) &&
+                       a.nnz * BS * BS * int64_t(sizeof(T)) >= kStreamEvenGroupMinBytes);
+}
+
+template <typename T, int BS, bool TRANS, int TN>
+cudaError_t launch_stream_even_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  using Cfg = StreamEvenGroupConfig<T, BS, TRANS, TN>;
+  const auto kernel = bsmm_stream_even_group_kernel<T, BS, TRANS, TN>;
+  StreamEvenParams p;
+  fill_stream_operands(p, a);
+  p.offsets = a.group_offsets;
+  p.items = a.group_items;
+  p.num_cols = static_cast<int>(a.num_groups);
+  return launch_even_split<Cfg>(a, p, a.num_group_items, stream_even_group_max_warps(a, TN), kernel,
+                                bsmm_stream_even_sum_kernel<T, BS, TN, Cfg::P, Cfg::kWarps>, stream);
 }
 
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
@@ -537,6 +595,9 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
           return dispatch_stream_row_tile(a.rows, [&](auto tn_c) {
             constexpr int TN = decltype(tn_c)::value;
+            if constexpr (kIs16Bit<T> && (BS == 8 || BS == 16) && TN <= 32) {
+              if (use_stream_even_group<T, BS>(a)) return launch_stream_even_group_variant<T, BS, TRANS, TN>(a, stream);
+            }
             if constexpr (BS >= 16 && !PRECISE) {
               if (use_stream_even<T, BS>(a)) return launch_stream_even_variant<T, BS, TRANS, TN>(a, stream);
             }

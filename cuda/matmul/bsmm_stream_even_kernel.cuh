@@ -133,6 +133,47 @@ __device__ __forceinline__ void store_fragments(T* dst, int64_t ld, int valid_ro
   }
 }
 
+// Copies the segment offsets offsets[0 .. num_segments] (num_segments + 1 <=
+// SLOTS) into shared memory with 16-byte loads, all in flight at once. The
+// caller syncs the CTA before reading them.
+template <int THREADS, int SLOTS>
+__device__ __forceinline__ void load_offsets_shared(int* s_offsets, const int32_t* offsets, int num_segments) {
+  constexpr int kVecs = SLOTS / 4;
+  constexpr int kPerThread = (kVecs + THREADS - 1) / THREADS;
+  const int num_vecs = (num_segments + 1 + 3) / 4;  // the last one may run past the table
+  const int full_vecs = (num_segments + 1) / 4;
+  const bool vector_ok = (reinterpret_cast<uintptr_t>(offsets) & 15) == 0;
+  int4 v[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < full_vecs && vector_ok) {
+      v[k] = __ldg(reinterpret_cast<const int4*>(offsets) + i);
+    } else if (i < num_vecs) {  // the table's tail (or a table not 16-byte aligned)
+      const int* four = offsets + 4 * i;
+      const int left = num_segments + 1 - 4 * i;
+      v[k] = make_int4(__ldg(four), left > 1 ? __ldg(four + 1) : 0, left > 2 ? __ldg(four + 2) : 0,
+                       left > 3 ? __ldg(four + 3) : 0);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < num_vecs) reinterpret_cast<int4*>(s_offsets)[i] = v[k];
+  }
+}
+
+// The segment holding item i (offsets[s] <= i < offsets[s + 1]; i < offsets[num_segments]),
+// i.e. the last s with offsets[s] <= i, which is never an empty one.
+__device__ __forceinline__ int segment_of(const int* s_offsets, int num_segments, int i) {
+  int lo = 0, hi = num_segments;  // offsets[lo] <= i < offsets[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (s_offsets[mid] <= i) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
 template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
 __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
     bsmm_stream_even_kernel(const StreamEvenParams p) {
@@ -199,32 +240,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
     cp_async_commit();
   }
 
-  // The offsets, all requested at once (16-byte loads, then the stores).
-  {
-    constexpr int kVecs = (kStreamEvenMaxCols + 1 + 3) / 4;
-    constexpr int kPerThread = (kVecs + Cfg::kThreads - 1) / Cfg::kThreads;
-    const int num_vecs = (num_cols + 1 + 3) / 4;  // the last one may run past the table
-    const int full_vecs = (num_cols + 1) / 4;
-    const bool vector_ok = (reinterpret_cast<uintptr_t>(p.offsets) & 15) == 0;
-    int4 v[kPerThread];
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int i = threadIdx.x + k * Cfg::kThreads;
-      if (i < full_vecs && vector_ok) {
-        v[k] = __ldg(reinterpret_cast<const int4*>(p.offsets) + i);
-      } else if (i < num_vecs) {  // the table's tail (or a table not 16-byte aligned)
-        const int* four = p.offsets + 4 * i;
-        const int left = num_cols + 1 - 4 * i;
-        v[k] = make_int4(__ldg(four), left > 1 ? __ldg(four + 1) : 0, left > 2 ? __ldg(four + 2) : 0,
-                         left > 3 ? __ldg(four + 3) : 0);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int i = threadIdx.x + k * Cfg::kThreads;
-      if (i < num_vecs) reinterpret_cast<int4*>(s_offsets)[i] = v[k];
-    }
-  }
+  load_offsets_shared<Cfg::kThreads, Cfg::kOffsetSlots>(s_offsets, p.offsets, num_cols);
   __syncthreads();
 
   T* const out = static_cast<T*>(p.out) + g * p.out_group_stride;
@@ -242,14 +258,8 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
 
   if (!active) return;  // no CTA-wide barrier below
 
-  // First column: the last o with offsets[o] <= base (it has items, as base < nnz).
-  int lo = 0, hi = num_cols;  // offsets[lo] <= base < offsets[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (s_offsets[mid] <= base) lo = mid; else hi = mid;
-  }
-  const int first_col = lo;
-  int col = lo;
+  const int first_col = segment_of(s_offsets, num_cols, base);
+  int col = first_col;
   int col_end = s_offsets[col + 1];
 
   float acc[Cfg::kMT][Cfg::kNT][4] = {};
@@ -315,17 +325,27 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   cp_async_wait<0>();
 }
 
-// Output columns cut between warps of bsmm_stream_even_kernel (launched right
-// after it on the same stream): one warp per column adds the column's pieces in
-// warp order and writes it. Columns held whole by one warp were written already.
-template <typename T, int BS, bool TRANS, int TN>
+// Output columns cut between warps of bsmm_stream_even_kernel (P = 1) or of
+// bsmm_stream_even_group_kernel (segments are groups of P columns), launched
+// right after it on the same stream: one warp per output column adds the
+// column's pieces in warp order and writes it. Columns of segments held whole
+// by one warp were written already. A piece holds the P columns of its segment,
+// TN x BS floats each, in accumulator-fragment order. With CTA_WARPS > 0 the
+// walk kernel has already added the pieces of consecutive warps of one CTA
+// that end in the same segment into the first one's slot: the others are
+// skipped here.
+template <typename T, int BS, int TN, int P, int CTA_WARPS>
 __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamEvenParams p) {
-  using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
+  constexpr int kMT = TN / 16;
+  constexpr int kNT = BS / 8;
+  constexpr int kColumnFloats = TN * BS;
+  constexpr int kPieceFloats = P * kColumnFloats;
   const int lane = threadIdx.x & 31;
   const int c = blockIdx.x * 4 + (threadIdx.x >> 5);
-  if (c >= p.num_cols) return;
-  const int col_begin = __ldg(p.offsets + c);
-  const int col_end = __ldg(p.offsets + c + 1);
+  if (c >= p.out_cols / BS) return;
+  const int seg = c / P;
+  const int col_begin = __ldg(p.offsets + seg);
+  const int col_end = __ldg(p.offsets + seg + 1);
   if (col_begin == col_end) return;
   const int64_t W = p.num_warps;
   const int64_t nnz = p.nnz;
@@ -333,33 +353,36 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
   const int last_w = stream_even_owner(col_end - 1, W, nnz);
   if (first_w == last_w) return;
   const int64_t g = blockIdx.y;
-  const float* const pieces = p.pieces + g * 2 * W * Cfg::kPieceFloats;
+  const float* const pieces = p.pieces + g * 2 * W * kPieceFloats + (c % P) * kColumnFloats;
   // Pieces are read kBatch at a time, all loads of a batch in flight together
   // (a column has 2-4 pieces at density 1/2), and added in warp order.
-  constexpr int kFrags = Cfg::kMT * Cfg::kNT;  // float4s per lane per piece
+  constexpr int kFrags = kMT * kNT;  // float4s per lane per piece
   constexpr int kBatch = cclamp(32 / kFrags, 1, 4);
-  float sum[Cfg::kMT][Cfg::kNT][4] = {};
+  float sum[kMT][kNT][4] = {};
   for (int q0 = first_w; q0 <= last_w; q0 += kBatch) {
     float4 f[kBatch][kFrags];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int q = q0 + b;
-      // Warp q's piece of this column: its first column's slot unless q started
-      // in an earlier column (only possible for the first warp).
+      // Warp q's piece of this segment: its first segment's slot unless q started
+      // in an earlier segment (only possible for the first warp).
       const bool later = q == first_w && nnz * q / W < col_begin;
+      // Merged into warp q - 1's (same CTA, and q ends in this segment)?
+      const bool merged = CTA_WARPS > 0 && q > first_w && q / CTA_WARPS == (q - 1) / CTA_WARPS &&
+                          (q < last_w || nnz * (q + 1) / W <= col_end);
       const float4* piece =
-          reinterpret_cast<const float4*>(pieces + static_cast<int64_t>(2 * q + (later ? 1 : 0)) * Cfg::kPieceFloats);
+          reinterpret_cast<const float4*>(pieces + static_cast<int64_t>(2 * q + (later ? 1 : 0)) * kPieceFloats);
 #pragma unroll
-      for (int i = 0; i < kFrags; ++i) f[b][i] = q <= last_w ? __ldcg(piece + i * 32 + lane) : float4{};
+      for (int i = 0; i < kFrags; ++i) f[b][i] = q <= last_w && !merged ? __ldcg(piece + i * 32 + lane) : float4{};
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (q0 + b > last_w) break;  // (no loads below: an early exit is free here)
 #pragma unroll
-      for (int mt = 0; mt < Cfg::kMT; ++mt) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt) {
-          const float4 v = f[b][mt * Cfg::kNT + nt];
+        for (int nt = 0; nt < kNT; ++nt) {
+          const float4 v = f[b][mt * kNT + nt];
           sum[mt][nt][0] += v.x;
           sum[mt][nt][1] += v.y;
           sum[mt][nt][2] += v.z;
@@ -368,8 +391,8 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
       }
     }
   }
-  store_fragments<T, Cfg::kMT, Cfg::kNT>(static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(c) * BS,
-                                         p.out_cols, static_cast<int>(p.rows), sum, lane);
+  store_fragments<T, kMT, kNT>(static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(c) * BS,
+                               p.out_cols, static_cast<int>(p.rows), sum, lane);
 }
 
 }  // namespace jbs

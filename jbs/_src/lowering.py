@@ -148,6 +148,36 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
     return groups * 2 * min(nnz, _STREAM_EVEN_RESERVED_WARPS) * row_tile * block_size
 
 
+# Small-N path on sm_90 that cuts the union items of the column groups evenly over the warps
+# (cuda/matmul/bsmm_stream_even_group_kernel.cuh): two fp32 pieces of a whole group (row tile
+# x 128 columns) per warp. Keep in sync with bsmm_launch.cuh (use_stream_even_group,
+# stream_even_group_min_reuse, kStreamEvenGroupMinBytes, stream_even_group_max_warps) and the
+# kernel's kStreamEvenGroupMaxGroups.
+_STREAM_EVEN_GROUP_MAX_GROUPS = 1024
+_STREAM_EVEN_GROUP_MIN_REUSE = {8: 7.0, 16: 1.2}
+_STREAM_EVEN_GROUP_MIN_BYTES = 16 << 20
+
+
+def _stream_even_group_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
+                                      nnz: int, group_offsets, group_items) -> int:
+    """float32 elements of the even-split group kernel's pieces, or 0 where the kernels would
+    not take it (bsmm_launch.cuh use_stream_even_group): 16-bit types at bs 8 and 16, at most
+    32 rows; by default with >= 16 MiB of weights whose union items carry enough blocks each
+    (reuse nnz / union items >= 1.2 at bs 16, >= 7 at bs 8), at any with
+    JBS_STREAM_EVEN_GROUP=1, never with =0."""
+    setting = os.environ.get("JBS_STREAM_EVEN_GROUP", "")
+    num_groups, union_items = group_offsets.shape[0] - 1, group_items.shape[0]
+    if (setting == "0" or itemsize != 2 or block_size not in (8, 16) or rows > 32
+            or union_items == 0 or num_groups > _STREAM_EVEN_GROUP_MAX_GROUPS):
+        return 0
+    default = (nnz / union_items >= _STREAM_EVEN_GROUP_MIN_REUSE[block_size]
+               and nnz * block_size**2 * itemsize >= _STREAM_EVEN_GROUP_MIN_BYTES)
+    if setting != "1" and not default:
+        return 0
+    row_tile = 16 if rows <= 16 else 32
+    return groups * 2 * min(union_items, _STREAM_EVEN_RESERVED_WARPS) * row_tile * 128
+
+
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
 # packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
@@ -196,6 +226,9 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                                                 items.shape[0], group_offsets, group_items),
                       _stream_even_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
                                                   offsets.shape[0] - 1, items.shape[0], precision),
+                      _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
+                                                        block_size, items.shape[0], group_offsets,
+                                                        group_items),
                       _packed_scratch_floats(a, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
