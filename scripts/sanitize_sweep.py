@@ -17,6 +17,9 @@ import jbs
 # SWEEP_SMALL_N_ONLY=1: only the small-N cases (N <= 64), e.g. to check a small-N kernel
 # within a short sanitizer run.
 SMALL_N_ONLY = os.environ.get("SWEEP_SMALL_N_ONLY", "") == "1"
+# SWEEP_ROWS: the small-N row count (default 37, a 64-row tile); 29 reaches the kernels that
+# take at most 32 rows, e.g. the even-split group kernel (JBS_STREAM_EVEN_GROUP=1).
+ROWS = int(os.environ.get("SWEEP_ROWS", "37"))
 rng = np.random.default_rng(0)
 for bs in (8, 16, 32, 64):
     for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
@@ -25,7 +28,7 @@ for bs in (8, 16, 32, 64):
         layout[:, 2] = False
         layout[:, 0] = True
         bsmm = jbs.BlockSparseMatMul(layout, bs)
-        for n in ((1, 37) if SMALL_N_ONLY else (1, 37, 300)):
+        for n in ((1, ROWS) if SMALL_N_ONLY else (1, ROWS, 300)):
             x = jnp.asarray(rng.standard_normal((n, bsmm.shape[0])), dtype)
             w = jnp.asarray(rng.standard_normal(bsmm.w_shape), dtype)
             g = jnp.asarray(rng.standard_normal((n, bsmm.shape[1])), dtype)
@@ -33,16 +36,16 @@ for bs in (8, 16, 32, 64):
             jax.block_until_ready((y, pull(g)))
         # Long block rows: the small-N dw kernel reuses one x tile across a run of blocks.
         dense_rows = jbs.BlockSparseMatMul(rng.random((3, 40)) < 0.9, bs)
-        x = jnp.asarray(rng.standard_normal((37, dense_rows.shape[0])), dtype)
+        x = jnp.asarray(rng.standard_normal((ROWS, dense_rows.shape[0])), dtype)
         w = jnp.asarray(rng.standard_normal(dense_rows.w_shape), dtype)
-        g = jnp.asarray(rng.standard_normal((37, dense_rows.shape[1])), dtype)
+        g = jnp.asarray(rng.standard_normal((ROWS, dense_rows.shape[1])), dtype)
         jax.block_until_ready(jax.vjp(dense_rows, x, w)[1](g))
         # Tall: 35 union items per column group, cut into 2 slices by the small-N group kernel
         # (JBS_STREAM_GROUPS=1) whose partials the last slice sums.
         tall = jbs.BlockSparseMatMul(rng.random((70, 5)) < 0.5, bs)
-        x = jnp.asarray(rng.standard_normal((37, tall.shape[0])), dtype)
+        x = jnp.asarray(rng.standard_normal((ROWS, tall.shape[0])), dtype)
         w = jnp.asarray(rng.standard_normal(tall.w_shape), dtype)
-        jax.block_until_ready(jax.vjp(tall, x, w)[1](jnp.ones((37, tall.shape[1]), dtype)))
+        jax.block_until_ready(jax.vjp(tall, x, w)[1](jnp.ones((ROWS, tall.shape[1]), dtype)))
         # Wide, with two empty column groups: the warp-specialized small-N kernel
         # (JBS_STREAM_WS=1) cuts the union items of 20 groups over ~132 CTAs, so every group
         # is summed from pieces, more items than its ring has stages refill each stage, and
@@ -50,9 +53,9 @@ for bs in (8, 16, 32, 64):
         wide_layout = rng.random((40, 20 * 128 // bs)) < 0.4
         wide_layout[:, 2 * 128 // bs:4 * 128 // bs] = False
         wide = jbs.BlockSparseMatMul(wide_layout, bs)
-        x_wide = jnp.asarray(rng.standard_normal((37, wide.shape[0])), dtype)
+        x_wide = jnp.asarray(rng.standard_normal((ROWS, wide.shape[0])), dtype)
         w_wide = jnp.asarray(rng.standard_normal(wide.w_shape), dtype)
-        jax.block_until_ready(jax.vjp(wide, x_wide, w_wide)[1](jnp.ones((37, wide.shape[1]), dtype)))
+        jax.block_until_ready(jax.vjp(wide, x_wide, w_wide)[1](jnp.ones((ROWS, wide.shape[1]), dtype)))
         if SMALL_N_ONLY:
             continue
         # The same at 300 rows: the large-N group kernels walk more union items than their

@@ -340,6 +340,7 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
   constexpr int kNT = BS / 8;
   constexpr int kColumnFloats = TN * BS;
   constexpr int kPieceFloats = P * kColumnFloats;
+  constexpr int kCtaWarps = CTA_WARPS > 0 ? CTA_WARPS : 1;
   const int lane = threadIdx.x & 31;
   const int c = blockIdx.x * 4 + (threadIdx.x >> 5);
   if (c >= p.out_cols / BS) return;
@@ -368,7 +369,7 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
       // in an earlier segment (only possible for the first warp).
       const bool later = q == first_w && nnz * q / W < col_begin;
       // Merged into warp q - 1's (same CTA, and q ends in this segment)?
-      const bool merged = CTA_WARPS > 0 && q > first_w && q / CTA_WARPS == (q - 1) / CTA_WARPS &&
+      const bool merged = CTA_WARPS > 0 && q > first_w && q / kCtaWarps == (q - 1) / kCtaWarps &&
                           (q < last_w || nnz * (q + 1) / W <= col_end);
       const float4* piece =
           reinterpret_cast<const float4*>(pieces + static_cast<int64_t>(2 * q + (later ? 1 : 0)) * kPieceFloats);
