@@ -387,15 +387,15 @@ static void run_even(const char* dtype, const char* density, Problem& pr) {
   p.in_tile_stride = kBS;
   p.in_ld = kC;
   p.out_cols = kC;
-  p.num_cols = kBlocks;
-  p.nnz = static_cast<int>(pr.nnz);
+  p.num_segments = kBlocks;
+  p.num_items = static_cast<int>(pr.nnz);
   p.num_warps = static_cast<int>(warps);
   const int grid = static_cast<int>((warps + Cfg::kWarps - 1) / Cfg::kWarps);
   const double us = time_us(
       [&](int c) {
         p.w = pr.w[c];
         kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
-        bsmm_stream_even_sum_kernel<T, kBS, TRANS, kN><<<(kBlocks + 3) / 4, 128>>>(p);
+        bsmm_stream_even_sum_kernel<T, kBS, kN, 1, 0><<<(kBlocks + 3) / 4, 128>>>(p);
       },
       pr.copies);
   const double floor_us = pr.w_bytes / g_copy_bw;

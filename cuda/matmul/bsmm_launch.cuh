@@ -479,7 +479,7 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
 template <typename Cfg, typename Walk, typename Sum>
 cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int64_t items, int64_t room, Walk walk,
                               Sum sum, cudaStream_t stream) {
-  p.nnz = static_cast<int>(items);
+  p.num_items = static_cast<int>(items);
   int64_t warps = static_cast<int64_t>(a.num_sms) *
                   resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + Cfg::kStaticSmemBytes) * Cfg::kWarps;
   warps = warps < items ? warps : items;
@@ -501,7 +501,7 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
   StreamEvenParams p;
   fill_stream_operands(p, a);
   p.offsets = a.offsets;
-  p.num_cols = static_cast<int>(a.out_cols / BS);
+  p.num_segments = static_cast<int>(a.out_cols / BS);
   return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps(a, TN), kernel,
                                 bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, stream);
 }
@@ -550,7 +550,7 @@ cudaError_t launch_stream_even_group_variant(const BsmmBlocksArgs& a, cudaStream
   fill_stream_operands(p, a);
   p.offsets = a.group_offsets;
   p.items = a.group_items;
-  p.num_cols = static_cast<int>(a.num_groups);
+  p.num_segments = static_cast<int>(a.num_groups);
   return launch_even_split<Cfg>(a, p, a.num_group_items, stream_even_group_max_warps(a, TN), kernel,
                                 bsmm_stream_even_sum_kernel<T, BS, TN, Cfg::P, Cfg::kWarps>, stream);
 }

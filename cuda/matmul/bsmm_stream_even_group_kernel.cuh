@@ -112,13 +112,13 @@ __global__ void __launch_bounds__(StreamEvenGroupConfig<T, BS, TRANS, TN>::kThre
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t g = blockIdx.y;
-  const int num_groups = p.num_cols;  // offsets are per group here
+  const int num_groups = p.num_segments;
   const int out_blocks = static_cast<int>(p.out_cols / BS);
   const int valid_rows = static_cast<int>(p.rows);  // 1..TN
   const int gw = blockIdx.x * Cfg::kWarps + warp;
   const bool active = gw < p.num_warps;  // warp-uniform
   const int64_t W = p.num_warps;
-  const int64_t E = p.nnz;  // union items
+  const int64_t E = p.num_items;  // union items
   const int base = static_cast<int>(E * gw / W);
   const int end = active ? static_cast<int>(E * (gw + 1) / W) : base;
   const int cnt = end - base;

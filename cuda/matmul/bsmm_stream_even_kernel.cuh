@@ -58,10 +58,13 @@ inline constexpr int kStreamEvenMaxCols = 4096;
 struct StreamEvenParams {
   const void* in;
   const void* w;
-  const int32_t* offsets;  // (num_cols + 1): items of output column o are [offsets[o], offsets[o + 1])
-  const int32_t* items;    // (nnz, 2): weight block, input block
+  // The walk's segments: output block columns (bsmm_stream_even_kernel) or
+  // column groups (bsmm_stream_even_group_kernel); items of segment s are
+  // [offsets[s], offsets[s + 1]).
+  const int32_t* offsets;  // (num_segments + 1,)
+  const int32_t* items;    // (num_items, 2) [weight block, input block], or group rows (1 + P ints)
   void* out;
-  float* pieces;  // (groups, 2 * num_warps, TN * BS), in accumulator-fragment order
+  float* pieces;  // (groups, 2 * num_warps, P * TN * BS), P columns per segment, in accumulator-fragment order
   int64_t rows;
   int64_t in_tile_stride;  // as StreamParams
   int64_t in_ld;
@@ -69,9 +72,9 @@ struct StreamEvenParams {
   int64_t in_group_stride;
   int64_t w_group_stride;
   int64_t out_group_stride;
-  int num_cols;
-  int nnz;
-  int num_warps;  // W <= nnz: warps with work (gridDim.x * kWarps may be more)
+  int num_segments;
+  int num_items;
+  int num_warps;  // W <= num_items: warps with work (gridDim.x * kWarps may be more)
 };
 
 template <typename T, int BS, bool TRANS, int TN>
@@ -187,12 +190,12 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t g = blockIdx.y;
-  const int num_cols = p.num_cols;
+  const int num_cols = p.num_segments;
   const int valid_rows = static_cast<int>(p.rows);  // 1..TN
   const int gw = blockIdx.x * NW + warp;
   const bool active = gw < p.num_warps;  // warp-uniform
   const int64_t W = p.num_warps;
-  const int64_t nnz = p.nnz;
+  const int64_t nnz = p.num_items;
   const int base = static_cast<int>(nnz * gw / W);
   const int end = active ? static_cast<int>(nnz * (gw + 1) / W) : base;
   const int cnt = end - base;  // >= 1 for active warps since W <= nnz
@@ -349,7 +352,7 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
   const int col_end = __ldg(p.offsets + seg + 1);
   if (col_begin == col_end) return;
   const int64_t W = p.num_warps;
-  const int64_t nnz = p.nnz;
+  const int64_t nnz = p.num_items;
   const int first_w = stream_even_owner(col_begin, W, nnz);
   const int last_w = stream_even_owner(col_end - 1, W, nnz);
   if (first_w == last_w) return;
