@@ -123,3 +123,50 @@ def test_conv_with_column_groups(rng, monkeypatch, wgmma, ws, bs, dtype):
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, 3, 11, density=0.6), bs, (2, 3), 2,
                                ((1, 0), (2, 0)))
     check_three_ops(rng, conv, (3, 13, 10, 3 * bs), dtype)
+
+
+HALO_GEOMETRIES = [  # stride 1, output the size of the input: the taps share one halo tile
+    ((3, 3), "SAME", 1),
+    ((2, 3), ((1, 0), (1, 1)), 1),  # PixelCNN++'s down-shifted conv
+    ((2, 2), ((1, 0), (1, 0)), 1),  # ... down-right-shifted
+    ((3, 3), "SAME", 2),            # dilated: a halo of 2 image rows either side
+    ((1, 3), ((0, 0), (2, 0)), 1),  # one-sided padding: every tap reads the row or before
+]
+
+
+@pytest.mark.parametrize("kernel_size,padding,dilation", HALO_GEOMETRIES)
+@pytest.mark.parametrize("bs", [16, 32])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_conv_halo_kernel(rng, monkeypatch, kernel_size, padding, dilation, bs, dtype):
+    """The stride-1 halo kernel (conv/bsconv_halo_kernel.cuh; JBS_CONV_HALO=1 takes it wherever
+    it can run): forward and input gradient against float64 over tiles that span images and end
+    part-way (5 images of 13x11 = 715 pixels, three 256-row tiles), a heavy column, an empty row
+    and column, and a last column group narrower than the others (11 columns of bs 16, 6 of 32)."""
+    monkeypatch.setenv("JBS_CONV_HALO", "1")
+    cols = 11 if bs == 16 else 6
+    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, cols, density=0.4), bs, kernel_size, 1, padding,
+                               dilation)
+    check_three_ops(rng, conv, (5, 13, 11, 4 * bs), dtype)
+
+
+def test_conv_halo_kernel_is_the_one_that_runs(rng, monkeypatch):
+    """With JBS_CONV_HALO unset a 3x3 bf16 conv takes the halo kernel: its sum order (channel
+    block major, taps inside) differs from the tap-major implicit-GEMM kernels', so its fp16
+    results are not bitwise those of JBS_CONV_HALO=0, while both are deterministic and match."""
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 8, 6), 32, (3, 3))
+    x = random_array(rng, (6, 16, 16, 256), jnp.float16)
+    w = random_array(rng, conv.w_shape, jnp.float16)
+    g = random_array(rng, (6, 16, 16, 192), jnp.float16)
+    results = {}
+    for env in ("", "0"):
+        monkeypatch.setenv("JBS_CONV_HALO", env)
+        # New functions for each setting: a cached executable (or its captured CUDA graph)
+        # would replay the previous launch without asking the dispatcher again.
+        fwd = jax.jit(lambda x, w: conv(x, w))
+        dx = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[0])
+        results[env] = [np.asarray(fwd(x, w)), np.asarray(dx(x, w, g))]
+        np.testing.assert_array_equal(results[env][0], np.asarray(fwd(x, w)))
+        np.testing.assert_array_equal(results[env][1], np.asarray(dx(x, w, g)))
+    for halo, other in zip(results[""], results["0"]):
+        assert rel_error(halo, f64(other)) < tolerance(jnp.float16)
+        assert not np.array_equal(halo, other), "JBS_CONV_HALO unset ran the same kernel as JBS_CONV_HALO=0"

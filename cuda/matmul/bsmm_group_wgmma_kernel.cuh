@@ -231,27 +231,8 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   // Epilogue, one warpgroup's 128 rows at a time through the drained ring.
   cp_async_wait<0>();
   __syncthreads();
-  float* const cs = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    if (wg == half) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int c = 0; c < kP; ++c) {
-          stage_acc<1, Cfg::kNT, 128>(cs, Cfg::kLdC, h * 64 + row_in_wg, c * BS, acc[h][c], lane);
-        }
-      }
-    }
-    __syncthreads();
-    const int rows = cta.valid_rows - half * 128 < 128 ? cta.valid_rows - half * 128 : 128;
-    for (int c = 0; c < cta.num_cols && rows > 0; ++c) {  // the last group may hold fewer than P columns
-      store_tile<T, 128, BS, Cfg::kThreads, 1>(cs + c * BS, Cfg::kLdC, 0,
-                                              cta.out + static_cast<int64_t>(half) * 128 * p.out_cols + c * BS,
-                                              p.out_cols, rows, tid);
-    }
-    __syncthreads();
-  }
+  store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, reinterpret_cast<float*>(smem_raw), cta.out, p.out_cols,
+                                               cta.valid_rows, cta.num_cols, wg, row_in_wg, lane, tid);
 }
 
 }  // namespace jbs

@@ -9,6 +9,7 @@
 
 #include "common/dispatch.cuh"
 #include "common/launch.cuh"
+#include "conv/bsconv_halo_kernel.cuh"
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
@@ -557,6 +558,76 @@ cudaError_t launch_stream_even_group_variant(const BsmmBlocksArgs& a, cudaStream
 
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
 // as a compile-time constant.
+// The conv halo kernel (conv/bsconv_halo_kernel.cuh) serves a conv's fwd / dx
+// when its taps can share one activation tile: stride 1 with output and input of
+// the same image size (mul = div = 1, row space = source), 16-bit types, bs 16 or
+// 32, on sm_90, with the conv's column-group tables, the halo within the kernel's
+// capacity and both stages in shared memory (taps <= 9 at bs 32, <= 23 at bs 16).
+// By default it takes convs of 2 taps or more (a 1x1 conv has nothing to share);
+// JBS_CONV_HALO=0 turns it off, =1 takes it wherever it can run.
+inline int conv_halo_env() { return env_switch("JBS_CONV_HALO"); }
+
+// Fills the kernel's geometry fields; false where the kernel cannot run.
+template <typename T, int BS>
+bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvHaloConfig<T, BS>;
+    const RowGather& g = a.gather;
+    const int taps = g.taps_h * g.taps_w;
+    if (!a.gathered || g.mul_h != 1 || g.mul_w != 1 || g.div_h != 1 || g.div_w != 1 || g.rows_h != g.src_h ||
+        g.rows_w != g.src_w || a.group_items == nullptr || a.group_width != 128 / BS || a.num_group_items <= 0 ||
+        a.num_group_items % taps != 0 || a.nnz % taps != 0 ||
+        Cfg::smem_bytes(taps) > Cfg::kOptInBytes) {
+      return false;
+    }
+    int64_t lo = 0, hi = 0;
+    for (int t = 0; t < taps; ++t) {
+      const int64_t kh = t / g.taps_w, kw = t % g.taps_w;
+      const int64_t delta = (g.off_h + kh * g.step_h) * g.rows_w + g.off_w + kw * g.step_w;
+      lo = t == 0 || delta < lo ? delta : lo;
+      hi = t == 0 || delta > hi ? delta : hi;
+    }
+    if (Cfg::kTN + hi - lo > Cfg::kHaloRows) return false;
+    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
+    hp->delta_min = static_cast<int>(lo);
+    hp->halo_rows = static_cast<int>(Cfg::kTN + hi - lo);
+    return true;
+  }
+  return false;
+}
+
+template <typename T, int BS>
+bool use_conv_halo(const BsmmBlocksArgs& a) {
+#ifdef JBS_HAVE_SM90A
+  ConvHaloParams unused;
+  const int env = conv_halo_env();
+  if (env == 0 || !a.gathered || !device_is_sm90() || !conv_halo_geometry<T, BS>(a, &unused)) return false;
+  return env == 1 || a.gather.taps() >= 2;
+#else
+  return false;
+#endif
+}
+
+template <typename T, int BS, bool TRANS>
+cudaError_t launch_conv_halo_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvHaloConfig<T, BS>;
+    ConvHaloParams p;
+    static_cast<GroupParams&>(p) = group_params(a);
+    if (!conv_halo_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_conv_halo said yes
+    const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
+    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    // The size varies with the taps, the opt-in may be set only once: set it to the most.
+    const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(bsconv_halo_kernel<T, BS, TRANS>),
+                                        Cfg::kOptInBytes);
+    if (err != cudaSuccess) return err;
+    return launch_kernel(bsconv_halo_kernel<T, BS, TRANS>, grid, dim3(Cfg::kThreads),
+                         static_cast<size_t>(Cfg::smem_bytes(static_cast<int>(a.gather.taps()))), stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_conv_halo() is false for these
+  }
+}
+
 template <typename F>
 decltype(auto) dispatch_stream_row_tile(int64_t rows, F&& f) {
   switch (stream_row_tile_host(rows)) {
@@ -579,6 +650,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
         if (use_group_wgmma<T, BS>(a)) {
           return a.gathered ? launch_group_wgmma_variant<T, BS, TRANS, true>(a, stream)
                             : launch_group_wgmma_variant<T, BS, TRANS, false>(a, stream);

@@ -8,6 +8,8 @@
 //  * issue_item_wgmmas: for every present block column, one m64 x BS wgmma per
 //    k-step and half, B read from the slot's core-matrix blocks
 //    (matmul/group_slot_loader.cuh) K-major (dx, tf32) or N-major (16-bit fwd).
+//  * store_group_tile / store_group_wgmma_tile: the epilogue, the 256 x 128 fp32
+//    tile to the output.
 // The caller fences, commits and waits (common/wgmma.cuh).
 #pragma once
 
@@ -16,6 +18,7 @@
 #include "common/dtype.cuh"
 #include "common/wgmma.cuh"
 #include "matmul/packed_rows.cuh"
+#include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
 
 namespace jbs {
@@ -72,6 +75,48 @@ __device__ __forceinline__ void issue_item_wgmmas(float (&acc)[2][128 / BS][1][B
       }
     }
   }
+}
+
+// The epilogue of the wgmma group kernels: the CTA's 256 x 128 fp32 tile to out
+// (row stride out_cols), one warpgroup's 128 rows at a time staged in cs (>= 128 x
+// kGroupTileLdC floats: the drained ring). Warpgroup wg owns rows wg * 128..;
+// stage_rows(cs) stages them (row h * 64 + warp % 4 * 16 + .. of cs for m64 half h).
+// Rows from valid_rows and columns from num_cols blocks (the last group may hold
+// fewer than P) are not written. Every thread of the CTA calls it.
+inline constexpr int kGroupTileLdC = 128 + 8;
+
+template <typename T, int BS, int NTHREADS, typename StageRows>
+__device__ __forceinline__ void store_group_tile(const StageRows& stage_rows, float* cs, T* out, int64_t out_cols,
+                                                 int valid_rows, int num_cols, int wg, int tid) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (wg == half) stage_rows(cs);
+    __syncthreads();
+    const int rows = valid_rows - half * 128 < 128 ? valid_rows - half * 128 : 128;
+    for (int c = 0; c < num_cols && rows > 0; ++c) {
+      store_tile<T, 128, BS, NTHREADS, 1>(cs + c * BS, kGroupTileLdC, 0,
+                                          out + static_cast<int64_t>(half) * 128 * out_cols + c * BS, out_cols, rows,
+                                          tid);
+    }
+    __syncthreads();
+  }
+}
+
+// ... with accumulators per block column, acc[half][column][1][BS / 8][4].
+template <typename T, int BS, int NTHREADS>
+__device__ __forceinline__ void store_group_wgmma_tile(const float (&acc)[2][128 / BS][1][BS / 8][4], float* cs,
+                                                       T* out, int64_t out_cols, int valid_rows, int num_cols,
+                                                       int wg, int row_in_wg, int lane, int tid) {
+  auto stage_rows = [&](float* s) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int c = 0; c < 128 / BS; ++c) {
+        stage_acc<1, BS / 8, 128>(s, kGroupTileLdC, h * 64 + row_in_wg, c * BS, acc[h][c], lane);
+      }
+    }
+  };
+  store_group_tile<T, BS, NTHREADS>(stage_rows, cs, out, out_cols, valid_rows, num_cols, wg, tid);
 }
 
 }  // namespace jbs
