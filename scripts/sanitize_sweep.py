@@ -17,16 +17,38 @@ import jbs
 # SWEEP_SMALL_N_ONLY=1: only the small-N cases (N <= 64), e.g. to check a small-N kernel
 # within a short sanitizer run.
 SMALL_N_ONLY = os.environ.get("SWEEP_SMALL_N_ONLY", "") == "1"
+# SWEEP_CONV_ONLY=1: only the convolutions.
+CONV_ONLY = os.environ.get("SWEEP_CONV_ONLY", "") == "1"
 # SWEEP_ROWS: the small-N row count (default 37, a 64-row tile); 29 reaches the kernels that
 # take at most 32 rows, e.g. the even-split group kernel (JBS_STREAM_EVEN_GROUP=1).
 ROWS = int(os.environ.get("SWEEP_ROWS", "37"))
 rng = np.random.default_rng(0)
+
+
+def sweep_convs(layout, bs, dtype):
+    """The convolutions of the sweep on one layout, block size and dtype."""
+    for conv, shape in ((jbs.BlockSparseConv(layout, bs, (2, 3), 2, ((1, 0), (2, 0))), (2, 9, 7)),
+                        (jbs.BlockSparseConvTranspose(layout, bs, (3, 3), 2), (2, 5, 4)),
+                        (jbs.BlockSparseConv(layout, bs, (1, 1)), (3, 33, 31)),  # dw row splits
+                        # stride 1, output the input's size: the halo kernel (16-bit, bs 16 / 32),
+                        # tiles spanning images and ending part-way
+                        (jbs.BlockSparseConv(layout, bs, (3, 3), 1, "SAME", 2), (3, 13, 11)),
+                        (jbs.BlockSparseConv(layout, bs, (2, 3), 1, ((1, 0), (1, 1))), (2, 17, 9))):
+        x = jnp.asarray(rng.standard_normal(shape + (conv.features[0],)), dtype)
+        w = jnp.asarray(rng.standard_normal(conv.w_shape), dtype)
+        y, pull = jax.vjp(conv, x, w)
+        jax.block_until_ready((y, pull(jnp.ones_like(y))))
+
+
 for bs in (8, 16, 32, 64):
     for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
         layout = rng.random((5, 4)) < 0.4
         layout[1, :] = False
         layout[:, 2] = False
         layout[:, 0] = True
+        if CONV_ONLY:
+            sweep_convs(layout, bs, dtype)
+            continue
         bsmm = jbs.BlockSparseMatMul(layout, bs)
         for n in ((1, ROWS) if SMALL_N_ONLY else (1, ROWS, 300)):
             x = jnp.asarray(rng.standard_normal((n, bsmm.shape[0])), dtype)
@@ -63,11 +85,5 @@ for bs in (8, 16, 32, 64):
         # producer then waits for the consumers' releases).
         x = jnp.asarray(rng.standard_normal((300, tall.shape[0])), dtype)
         jax.block_until_ready(jax.vjp(tall, x, w)[1](jnp.ones((300, tall.shape[1]), dtype)))
-        for conv, shape in ((jbs.BlockSparseConv(layout, bs, (2, 3), 2, ((1, 0), (2, 0))), (2, 9, 7)),
-                            (jbs.BlockSparseConvTranspose(layout, bs, (3, 3), 2), (2, 5, 4)),
-                            (jbs.BlockSparseConv(layout, bs, (1, 1)), (3, 33, 31))):  # dw row splits
-            x = jnp.asarray(rng.standard_normal(shape + (conv.features[0],)), dtype)
-            w = jnp.asarray(rng.standard_normal(conv.w_shape), dtype)
-            y, pull = jax.vjp(conv, x, w)
-            jax.block_until_ready((y, pull(jnp.ones_like(y))))
+        sweep_convs(layout, bs, dtype)
 print("sanitize sweep done")

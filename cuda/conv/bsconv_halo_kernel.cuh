@@ -75,6 +75,10 @@ struct ConvHaloConfig {
   // bs 16: each tap's P blocks as one zero-filled N = 128 operand (see the top).
   static constexpr bool kDenseN = BS == 16;
   static constexpr bool kInterleaveCopies = !kDenseN;  // see the top
+  // Taps whose fragments load before one batch of wgmmas and one wait: 3 was 1.03-1.11x
+  // faster than 1 (2: 1.02-1.07x) in session 14's bench; more would spill at bs 32 (237
+  // registers at 3).
+  static constexpr int kTapsPerWait = 3;
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kTapElems = kP * kBlockElems;  // one tap's P blocks
   static constexpr int kTapChunks = kTapElems / 8;   // its 16-byte copies
@@ -210,43 +214,52 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
 
     const T* const halo = smem + (i & 1) * slot_elems;
     const T* const ws = halo + Cfg::kHaloElems;
-    // Tap by tap: fragments, wgmmas, wait. (Loading tap t + 1's fragments while tap t's
-    // wgmmas run made ptxas serialize every wgmma; the other warpgroup's wgmmas fill the
-    // tensor cores meanwhile.)
-    for (int t = 0; t < taps; ++t) {
-      uint32_t frag[2][kKSteps][1][4];
-      const int kh = t / g.taps_w;
-      const int kw = t - kh * g.taps_w;
-      const int oh = g.off_h + kh * g.step_h;
-      const int ow = g.off_w + kw * g.step_w;
-      const int shift = oh * g.rows_w + ow - p.delta_min;
+    // kTapsPerWait taps at a time: all their fragments, then their wgmmas, then one
+    // wait. (Loading the next taps' fragments while wgmmas run made ptxas serialize
+    // every wgmma; the other warpgroup's wgmmas fill the tensor cores meanwhile.)
+    for (int t0 = 0; t0 < taps; t0 += Cfg::kTapsPerWait) {
+      uint32_t frag[Cfg::kTapsPerWait][2][kKSteps][1][4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool inside = static_cast<unsigned>(h_of[h] + oh) < static_cast<unsigned>(g.rows_h) &&
-                            static_cast<unsigned>(w_of[h] + ow) < static_cast<unsigned>(g.rows_w);
-        const T* const src = (inside ? halo + (tile_row[h] + shift) * Cfg::kLdH : zero_row) + k_half;
+      for (int j = 0; j < Cfg::kTapsPerWait; ++j) {
+        const int t = t0 + j < taps ? t0 + j : taps - 1;  // past the end: a repeat, not multiplied
+        const int kh = t / g.taps_w;
+        const int kw = t - kh * g.taps_w;
+        const int oh = g.off_h + kh * g.step_h;
+        const int ow = g.off_w + kw * g.step_w;
+        const int shift = oh * g.rows_w + ow - p.delta_min;
 #pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks) ldsm_x4(frag[h][ks][0], src + ks * 16);
+        for (int h = 0; h < 2; ++h) {
+          const bool inside = static_cast<unsigned>(h_of[h] + oh) < static_cast<unsigned>(g.rows_h) &&
+                              static_cast<unsigned>(w_of[h] + ow) < static_cast<unsigned>(g.rows_w);
+          const T* const src = (inside ? halo + (tile_row[h] + shift) * Cfg::kLdH : zero_row) + k_half;
+#pragma unroll
+          for (int ks = 0; ks < kKSteps; ++ks) ldsm_x4(frag[j][h][ks][0], src + ks * 16);
+        }
       }
       wgmma_fence();
-      // Descriptor strides in bytes (core matrices are 128 B): K-major, the next core
-      // matrix along k is adjacent and the next 8 n rows are BS/8 further; N-major, the
-      // next along n is adjacent and the next 8 k rows are 16 further.
-      if constexpr (Cfg::kDenseN) {
-        constexpr uint32_t kLbo = TRANS ? 128 : 16 * 128;
-        constexpr uint32_t kSbo = TRANS ? BS / 8 * 128 : 128;
-        static_assert(kKSteps == 1, "one k-step at bs 16");
-        const uint64_t desc = wgmma_desc(ws + t * Cfg::kTapElems, kLbo, kSbo);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wgmma_rs<T, 128, TRANS ? 0 : 1>(acc[h][0], frag[h][0][0], desc);
-      } else {
-        issue_item_wgmmas<T, BS, TRANS>(acc, frag, ws + t * Cfg::kTapElems, mask);
+      for (int j = 0; j < Cfg::kTapsPerWait; ++j) {
+        const int t = t0 + j;
+        if (t >= taps) break;
+        if constexpr (Cfg::kDenseN) {
+          // Descriptor strides in bytes (core matrices are 128 B): K-major, the next core
+          // matrix along k is adjacent and the next 8 n rows are BS/8 further; N-major, the
+          // next along n is adjacent and the next 8 k rows are 16 further.
+          constexpr uint32_t kLbo = TRANS ? 128 : 16 * 128;
+          constexpr uint32_t kSbo = TRANS ? BS / 8 * 128 : 128;
+          static_assert(kKSteps == 1, "one k-step at bs 16");
+          const uint64_t desc = wgmma_desc(ws + t * Cfg::kTapElems, kLbo, kSbo);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) wgmma_rs<T, 128, TRANS ? 0 : 1>(acc[h][0], frag[j][h][0][0], desc);
+        } else {
+          issue_item_wgmmas<T, BS, TRANS>(acc, frag[j], ws + t * Cfg::kTapElems, mask);
+        }
       }
       wgmma_commit();
       // The next item's copies (its halo, then two taps' worth per tap) while the wgmmas run.
       if (Cfg::kInterleaveCopies && more) {
-        if (t == 0) load_halo(next_slot, next[0]);
-        for (int u = 2 * t; u < 2 * t + 2 && u < taps; ++u) {
+        if (t0 == 0) load_halo(next_slot, next[0]);
+        for (int u = 2 * t0; u < 2 * (t0 + Cfg::kTapsPerWait) && u < taps; ++u) {
           load_tap(next_slot + Cfg::kHaloElems + u * Cfg::kTapElems, next, u * p.nnz_per_tap);
         }
       }

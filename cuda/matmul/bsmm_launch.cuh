@@ -617,11 +617,11 @@ cudaError_t launch_conv_halo_variant(const BsmmBlocksArgs& a, cudaStream_t strea
     if (!conv_halo_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_conv_halo said yes
     const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    const auto kernel = bsconv_halo_kernel<T, BS, TRANS>;
     // The size varies with the taps, the opt-in may be set only once: set it to the most.
-    const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(bsconv_halo_kernel<T, BS, TRANS>),
-                                        Cfg::kOptInBytes);
+    const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
     if (err != cudaSuccess) return err;
-    return launch_kernel(bsconv_halo_kernel<T, BS, TRANS>, grid, dim3(Cfg::kThreads),
+    return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
                          static_cast<size_t>(Cfg::smem_bytes(static_cast<int>(a.gather.taps()))), stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_conv_halo() is false for these
