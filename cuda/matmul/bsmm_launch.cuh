@@ -556,15 +556,14 @@ cudaError_t launch_stream_even_group_variant(const BsmmBlocksArgs& a, cudaStream
                                 bsmm_stream_even_sum_kernel<T, BS, TN, Cfg::P, Cfg::kWarps>, stream);
 }
 
-// Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
-// as a compile-time constant.
 // The conv halo kernel (conv/bsconv_halo_kernel.cuh) serves a conv's fwd / dx
 // when its taps can share one activation tile: stride 1 with output and input of
 // the same image size (mul = div = 1, row space = source), 16-bit types, bs 16 or
 // 32, on sm_90, with the conv's column-group tables, the halo within the kernel's
-// capacity and both stages in shared memory (taps <= 9 at bs 32, <= 23 at bs 16).
+// capacity and both stages in shared memory (taps <= 9 at bs 32, <= 22 at bs 16).
 // By default it takes convs of 2 taps or more (a 1x1 conv has nothing to share);
-// JBS_CONV_HALO=0 turns it off, =1 takes it wherever it can run.
+// JBS_CONV_HALO=0 turns it off, =1 takes it wherever it can run. It has its own
+// switch: JBS_WGMMA=0 and JBS_GROUPS=0 leave it on.
 inline int conv_halo_env() { return env_switch("JBS_CONV_HALO"); }
 
 // Fills the kernel's geometry fields; false where the kernel cannot run.
@@ -587,7 +586,8 @@ bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
       lo = t == 0 || delta < lo ? delta : lo;
       hi = t == 0 || delta > hi ? delta : hi;
     }
-    if (Cfg::kTN + hi - lo > Cfg::kHaloRows) return false;
+    // (|lo| < 2^30 keeps the kernel's 32-bit row shifts exact for any geometry the handlers accept.)
+    if (Cfg::kTN + hi - lo > Cfg::kHaloRows || lo < -(int64_t{1} << 30) || hi > (int64_t{1} << 30)) return false;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     hp->delta_min = static_cast<int>(lo);
     hp->halo_rows = static_cast<int>(Cfg::kTN + hi - lo);
@@ -628,6 +628,8 @@ cudaError_t launch_conv_halo_variant(const BsmmBlocksArgs& a, cudaStream_t strea
   }
 }
 
+// Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
+// as a compile-time constant.
 template <typename F>
 decltype(auto) dispatch_stream_row_tile(int64_t rows, F&& f) {
   switch (stream_row_tile_host(rows)) {
