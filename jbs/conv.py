@@ -152,13 +152,18 @@ class BlockSparseConv(_ConvBase):
 
     def __call__(self, x, w):
         x, w = self._check_x(x), self._check_w(w)
+        pads, out_hw = self._pads_and_output(x.shape[1:3])
+        return self._conv(x, w, ConvGeometry.convolution, pads, out_hw)
+
+    def _pads_and_output(self, in_hw):
+        """Explicit ((top, bottom), (left, right)) padding and the output size of an input image."""
         if isinstance(self.padding, str):
-            pads = lax.padtype_to_pads(x.shape[1:3], self._dilated_kernel(), self.strides, self.padding)
+            pads = lax.padtype_to_pads(in_hw, self._dilated_kernel(), self.strides, self.padding)
         else:
             pads = self.padding
         out_hw = tuple((size + lo + hi - k) // s + 1 for size, (lo, hi), k, s
-                       in zip(x.shape[1:3], pads, self._dilated_kernel(), self.strides))
-        return self._conv(x, w, ConvGeometry.convolution, pads, out_hw)
+                       in zip(in_hw, pads, self._dilated_kernel(), self.strides))
+        return pads, out_hw
 
     def __repr__(self):
         return (f"BlockSparseConv(C={self.features[0]}, K={self.features[1]}, kernel_size={self.kernel_size}, "

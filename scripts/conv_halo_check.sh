@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the conv halo kernel (conv/bsconv_halo_kernel.cuh): its GPU tests, then
-# the conv suite's fwd/dx with the kernel off (JBS_CONV_HALO=0) and on (default dispatch), and a
+# the conv suite (OPS, default forward,dx) with the kernel off (JBS_CONV_HALO=0) and on (default dispatch), and a
 # side-by-side table. Needs a built jbs (scripts/gpu_check.sh or a carried extension in jbs/).
 # Usage: scripts/conv_halo_check.sh [PYTEST_K] [BENCH_ONLY]
 set -uo pipefail
@@ -15,7 +15,7 @@ only=${2:-"kernel != (1, 1)"}
 for setting in "JBS_CONV_HALO=0" "JBS_CONV_HALO="; do
   dir="$out/${setting//=/_}"
   mkdir -p "$dir"
-  (cd /tmp && env $setting timeout "${BENCH_TIMEOUT:-200}" python3 -m jbs.bench --suite conv --ops forward,dx \
+  (cd /tmp && env $setting timeout "${BENCH_TIMEOUT:-200}" python3 -m jbs.bench --suite conv --ops "${OPS:-forward,dx}" \
     --no-peers --out "$dir" --only "$only" > "$dir/bench.log" 2>&1) || tail -20 "$dir/bench.log"
 done
 python3 - "$out" <<'PY'

@@ -150,13 +150,17 @@ def test_conv_halo_kernel(rng, monkeypatch, kernel_size, padding, dilation, bs, 
 
 
 def test_conv_halo_kernel_is_the_one_that_runs(rng, monkeypatch):
-    """With JBS_CONV_HALO unset a 3x3 bf16 conv takes the halo kernel: its sum order (channel
-    block major, taps inside) differs from the tap-major implicit-GEMM kernels', so its fp16
-    results are not bitwise those of JBS_CONV_HALO=0, while both are deterministic and match."""
+    """With JBS_CONV_HALO unset a 3x3 fp16 conv takes the halo kernels: their sum orders differ
+    from the implicit-GEMM kernels' (fwd / dx: channel block major, taps inside; dw: rows split
+    for nnz / 9 CTAs instead of nnz, so 16 row splits here instead of 3 -- within a split its
+    warps happen to add in the same order), so the results are not bitwise those of
+    JBS_CONV_HALO=0, while both are deterministic and match."""
     conv = jbs.BlockSparseConv(power_law_layout(rng, 8, 6), 32, (3, 3))
-    x = random_array(rng, (6, 16, 16, 256), jnp.float16)
+    x = random_array(rng, (16, 32, 32, 256), jnp.float16)
     w = random_array(rng, conv.w_shape, jnp.float16)
-    g = random_array(rng, (6, 16, 16, 192), jnp.float16)
+    g = random_array(rng, (16, 32, 32, 192), jnp.float16)
+    from jbs._src import lowering
+    assert lowering._dw_row_splits(16 * 32 * 32, conv.nnz) != lowering._dw_row_splits(16 * 32 * 32, 9 * conv.nnz)
     results = {}
     for env in ("", "0"):
         monkeypatch.setenv("JBS_CONV_HALO", env)
@@ -164,9 +168,10 @@ def test_conv_halo_kernel_is_the_one_that_runs(rng, monkeypatch):
         # would replay the previous launch without asking the dispatcher again.
         fwd = jax.jit(lambda x, w: conv(x, w))
         dx = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[0])
-        results[env] = [np.asarray(fwd(x, w)), np.asarray(dx(x, w, g))]
-        np.testing.assert_array_equal(results[env][0], np.asarray(fwd(x, w)))
-        np.testing.assert_array_equal(results[env][1], np.asarray(dx(x, w, g)))
+        dw = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[1])
+        results[env] = [np.asarray(fwd(x, w)), np.asarray(dx(x, w, g)), np.asarray(dw(x, w, g))]
+        for first, again in zip(results[env], (fwd(x, w), dx(x, w, g), dw(x, w, g))):
+            np.testing.assert_array_equal(first, np.asarray(again))
     for halo, other in zip(results[""], results["0"]):
         assert rel_error(halo, f64(other)) < tolerance(jnp.float16)
         assert not np.array_equal(halo, other), "JBS_CONV_HALO unset ran the same kernel as JBS_CONV_HALO=0"

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 import jbs
 from jbs._src import lowering
+from jbs._src.conv_geometry import ConvGeometry
 
 
 def _with_cuda_rules(lower):
@@ -305,3 +306,40 @@ def test_small_n_scratch_of_the_even_split_group_kernel(monkeypatch, setting, it
     size = lowering._stream_even_group_scratch_floats(1, rows, itemsize, block_size, nnz, offsets,
                                                       items)
     assert size == expected
+
+
+@pytest.mark.parametrize("kernel,strides,padding,dilation,dtype,block_size,setting,halo", [
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "", True),
+    ((2, 3), 1, ((1, 0), (1, 1)), 1, jnp.float16, 16, "", True),  # PixelCNN++'s down-shifted conv
+    ((3, 3), 1, "SAME", 2, jnp.bfloat16, 16, "", True),
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "0", False),            # JBS_CONV_HALO=0
+    ((1, 1), 1, "SAME", 1, jnp.bfloat16, 32, "", False),             # nothing to share
+    ((1, 1), 1, "SAME", 1, jnp.bfloat16, 32, "1", True),             # ... unless forced
+    ((3, 3), 1, "SAME", 1, jnp.float32, 32, "", False),              # 16-bit only
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 64, "", False),             # bs 16 and 32 only
+    ((3, 3), 2, "SAME", 1, jnp.bfloat16, 32, "", False),             # stride 1 only
+    ((3, 3), 1, "VALID", 1, jnp.bfloat16, 32, "", False),            # output smaller than input
+    ((5, 5), 1, "SAME", 1, jnp.bfloat16, 32, "", False),             # 25 taps: past 9 accumulators
+])
+def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kernel, strides, padding, dilation,
+                                                             dtype, block_size, setting, halo):
+    """The halo dw kernel's CTAs each own a layout block for every tap, so the lowering splits the
+    rows for nnz / taps CTAs (not nnz) where C++ will take that kernel (bsmm_launch.cuh
+    use_conv_halo_dw), and as before elsewhere."""
+    monkeypatch.setenv("JBS_CONV_HALO", setting)
+    conv = jbs.BlockSparseConv(np.ones((2, 2), bool), block_size, kernel, strides, padding, dilation)
+    x = jax.ShapeDtypeStruct((64, 32, 32, 2 * block_size), dtype)
+    pads, out_hw = conv._pads_and_output((32, 32))
+    geometry = ConvGeometry.convolution(conv.kernel_size, (32, 32), out_hw, conv.strides, conv.dilation,
+                                        tuple(lo for lo, _ in pads))
+    assert lowering._conv_halo_dw(geometry, dtype, block_size) is halo
+    taps = kernel[0] * kernel[1]
+    expected = lowering._dw_row_splits(64 * 32 * 32, 4 if halo else 4 * taps)  # 4 layout blocks
+
+    def lower():
+        grad = jax.jit(jax.grad(lambda x, w: jnp.sum(conv(x, w).astype(jnp.float32)), argnums=1))
+        traced = grad.trace(jnp.zeros(x.shape, dtype), jnp.zeros(conv.w_shape, dtype))
+        return traced.lower(lowering_platforms=("cuda",)).as_text()
+
+    line = custom_call(_with_cuda_rules(lower), "jbs_bsconv_dw")
+    assert f"row_splits = {expected} : i32" in line

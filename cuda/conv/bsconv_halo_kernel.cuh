@@ -44,6 +44,7 @@
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
+#include "conv/halo_tile.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_group_kernel.cuh"  // GroupParams, GroupCta
 #include "matmul/group_item_mma.cuh"
@@ -121,18 +122,8 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
   // The halo: source rows lo .. lo + halo_rows - 1 (zeros outside the batch).
   const int64_t lo = cta.n0 + p.delta_min;
   auto load_halo = [&](T* dst, int block) {
-    const T* const column = cta.in_group + static_cast<int64_t>(block) * BS;
-#pragma unroll
-    for (int k = 0; k < Cfg::kHaloRows * Cfg::kChunksPerRow / Cfg::kThreads; ++k) {
-      const int idx = tid + k * Cfg::kThreads;
-      const int r = idx / Cfg::kChunksPerRow;
-      const int chunk = idx % Cfg::kChunksPerRow;
-      if (r < p.halo_rows) {
-        const int64_t src = lo + r;
-        const bool ok = src >= 0 && src < p.rows;
-        cp_async_16(dst + r * Cfg::kLdH + chunk * 8, column + (ok ? src * p.in_cols : 0) + chunk * 8, ok ? 16 : 0);
-      }
-    }
+    load_halo_async<T, BS, Cfg::kHaloRows, Cfg::kLdH, Cfg::kThreads>(
+        dst, cta.in_group + static_cast<int64_t>(block) * BS, lo, p.halo_rows, p.rows, p.in_cols, tid);
   };
   // One tap's P blocks (row: [channel block, block of column 0..P-1 or -1]) as
   // wgmma B operands of core matrices (common/wgmma.cuh; 8 elements per 16-byte
@@ -221,12 +212,9 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
       uint32_t frag[Cfg::kTapsPerWait][2][kKSteps][1][4];
 #pragma unroll
       for (int j = 0; j < Cfg::kTapsPerWait; ++j) {
-        const int t = t0 + j < taps ? t0 + j : taps - 1;  // past the end: a repeat, not multiplied
-        const int kh = t / g.taps_w;
-        const int kw = t - kh * g.taps_w;
-        const int oh = g.off_h + kh * g.step_h;
-        const int ow = g.off_w + kw * g.step_w;
-        const int shift = oh * g.rows_w + ow - p.delta_min;
+        const TapShift tap = tap_shift(g, t0 + j < taps ? t0 + j : taps - 1);  // past the end: not multiplied
+        const int oh = tap.oh, ow = tap.ow;
+        const int shift = tap.delta - p.delta_min;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bool inside = static_cast<unsigned>(h_of[h] + oh) < static_cast<unsigned>(g.rows_h) &&

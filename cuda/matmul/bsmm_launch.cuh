@@ -9,6 +9,7 @@
 
 #include "common/dispatch.cuh"
 #include "common/launch.cuh"
+#include "conv/bsconv_halo_dw_kernel.cuh"
 #include "conv/bsconv_halo_kernel.cuh"
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
@@ -573,21 +574,12 @@ bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
     using Cfg = ConvHaloConfig<T, BS>;
     const RowGather& g = a.gather;
     const int taps = g.taps_h * g.taps_w;
-    if (!a.gathered || g.mul_h != 1 || g.mul_w != 1 || g.div_h != 1 || g.div_w != 1 || g.rows_h != g.src_h ||
-        g.rows_w != g.src_w || a.group_items == nullptr || a.group_width != 128 / BS || a.num_group_items <= 0 ||
-        a.num_group_items % taps != 0 || a.nnz % taps != 0 ||
-        Cfg::smem_bytes(taps) > Cfg::kOptInBytes) {
+    int64_t lo = 0, hi = 0;
+    if (!a.gathered || !halo_geometry(g, &lo, &hi) || a.group_items == nullptr || a.group_width != 128 / BS ||
+        a.num_group_items <= 0 || a.num_group_items % taps != 0 || a.nnz % taps != 0 ||
+        Cfg::smem_bytes(taps) > Cfg::kOptInBytes || Cfg::kTN + hi - lo > Cfg::kHaloRows) {
       return false;
     }
-    int64_t lo = 0, hi = 0;
-    for (int t = 0; t < taps; ++t) {
-      const int64_t kh = t / g.taps_w, kw = t % g.taps_w;
-      const int64_t delta = (g.off_h + kh * g.step_h) * g.rows_w + g.off_w + kw * g.step_w;
-      lo = t == 0 || delta < lo ? delta : lo;
-      hi = t == 0 || delta > hi ? delta : hi;
-    }
-    // (|lo| < 2^30 keeps the kernel's 32-bit row shifts exact for any geometry the handlers accept.)
-    if (Cfg::kTN + hi - lo > Cfg::kHaloRows || lo < -(int64_t{1} << 30) || hi > (int64_t{1} << 30)) return false;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     hp->delta_min = static_cast<int>(lo);
     hp->halo_rows = static_cast<int>(Cfg::kTN + hi - lo);
@@ -698,10 +690,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
   });
 }
 
-template <typename T, int BS, bool PRECISE, bool GATHER = false>
-cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
-  using Cfg = DwConfig<T, BS>;
-  DwParams p;
+inline void fill_dw_params(DwParams& p, const BsmmDwArgs& a) {
   p.x = a.x;
   p.dy = a.dy;
   p.items = a.items;
@@ -715,17 +704,79 @@ cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   p.gather = a.gather;
   p.row_splits = a.partials != nullptr && a.row_splits > 1 ? a.row_splits : 1;
   p.partials = a.partials;
+}
+
+// After a dw kernel that wrote row-split partials: dw = their sum in split order.
+template <typename T, int BS>
+cudaError_t sum_dw_splits(const BsmmDwArgs& a, const DwParams& p, cudaStream_t stream) {
+  const int64_t block_elems = a.nnz * BS * BS;
+  const int64_t blocks = (a.groups * block_elems + 255) / 256;
+  bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
+      p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits);
+  return cudaGetLastError();
+}
+
+template <typename T, int BS, bool PRECISE, bool GATHER = false>
+cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
+  using Cfg = DwConfig<T, BS>;
+  DwParams p;
+  fill_dw_params(p, a);
   // The handlers guarantee nnz < 2^31, groups <= 65535 and row_splits <= 65535.
   const dim3 grid(static_cast<unsigned>(a.nnz), static_cast<unsigned>(a.groups),
                   static_cast<unsigned>(p.row_splits));
   cudaError_t err = launch_kernel(bsmm_dw_kernel<T, BS, PRECISE, GATHER>, grid, dim3(Cfg::kThreads),
                                   Cfg::kSmemBytes, stream, p);
   if (err != cudaSuccess || p.row_splits == 1) return err;
-  const int64_t block_elems = a.nnz * BS * BS;
-  const int64_t blocks = (a.groups * block_elems + 255) / 256;
-  bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
-      p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits);
-  return cudaGetLastError();
+  return sum_dw_splits<T, BS>(a, p, stream);
+}
+
+// The conv halo dw kernel (conv/bsconv_halo_dw_kernel.cuh) serves a conv's weight
+// gradient on the halo fwd / dx kernel's geometries (halo_geometry), 16-bit, bs 16
+// or 32, up to 9 taps (its accumulators), on any sm_80+ device; JBS_CONV_HALO=0/1
+// as there. The lowering sizes its row splits by the same rule
+// (jbs/_src/lowering.py: _conv_halo_dw).
+template <typename T, int BS>
+bool conv_halo_dw_geometry(const BsmmDwArgs& a, ConvHaloDwParams* hp) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvHaloDwConfig<T, BS>;
+    const int taps = a.gather.taps_h * a.gather.taps_w;
+    int64_t lo = 0, hi = 0;
+    if (!a.gathered || taps > Cfg::kMaxTaps || a.nnz % taps != 0 || !halo_geometry(a.gather, &lo, &hi) ||
+        Cfg::kRows + hi - lo > Cfg::kHaloRows) {
+      return false;
+    }
+    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
+    hp->delta_min = static_cast<int>(lo);
+    hp->halo_rows = static_cast<int>(Cfg::kRows + hi - lo);
+    return true;
+  }
+  return false;
+}
+
+template <typename T, int BS>
+bool use_conv_halo_dw(const BsmmDwArgs& a) {
+  ConvHaloDwParams unused;
+  const int env = conv_halo_env();
+  if (env == 0 || !conv_halo_dw_geometry<T, BS>(a, &unused)) return false;
+  return env == 1 || a.gather.taps() >= 2;
+}
+
+template <typename T, int BS>
+cudaError_t launch_conv_halo_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvHaloDwConfig<T, BS>;
+    ConvHaloDwParams p;
+    fill_dw_params(p, a);
+    if (!conv_halo_dw_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_conv_halo_dw said yes
+    const dim3 grid(static_cast<unsigned>(p.nnz_per_tap), static_cast<unsigned>(a.groups),
+                    static_cast<unsigned>(p.row_splits));
+    cudaError_t err = launch_kernel(bsconv_halo_dw_kernel<T, BS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                                    stream, p);
+    if (err != cudaSuccess || p.row_splits == 1) return err;
+    return sum_dw_splits<T, BS>(a, p, stream);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_conv_halo_dw() is false for these
+  }
 }
 
 template <typename T, int BS, int TN, bool PRECISE, bool BIG>
@@ -770,6 +821,7 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
     constexpr int BS = decltype(bs_c)::value;
     return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
       constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+      if (a.gathered && use_conv_halo_dw<T, BS>(a)) return launch_conv_halo_dw_variant<T, BS>(a, stream);
       if (a.gathered) return launch_dw_variant<T, BS, PRECISE, true>(a, stream);
       if (a.rows >= 1 && a.rows <= kStreamMaxRowsHost) {
         switch (stream_row_tile_host(a.rows)) {

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import jax
+import jax.numpy as jnp
 from jax.interpreters import mlir
 
 from jbs._src import extension, reference, sharding
@@ -246,7 +247,9 @@ def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
                       geometry=gather.as_attribute())
     if target == "jbs_bsconv_dw":
         nnz = tables[0].shape[0]
-        splits = _dw_row_splits(b.shape[1], groups * nnz)
+        # The halo kernel's CTAs each own a layout block for every tap: split for those.
+        cta_blocks = nnz // conv.num_taps if _conv_halo_dw(conv, a.dtype, block_size) else nnz
+        splits = _dw_row_splits(b.shape[1], groups * cta_blocks)
         partials = groups * splits * nnz * block_size * block_size if splits > 1 else 1
         results = [jax.ShapeDtypeStruct((groups, nnz, block_size, block_size), a.dtype),
                    jax.ShapeDtypeStruct((partials,), np.float32)]
@@ -262,6 +265,31 @@ def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
 # each with at least 16 chunks of 64 rows so the partials' extra traffic stays small.
 _DW_TARGET_CTAS = 4 * 132
 _DW_MIN_ROWS_PER_SPLIT = 1024
+
+
+# The conv halo dw kernel (cuda/conv/bsconv_halo_dw_kernel.cuh): its halo capacity per block
+# size and its most taps. The dispatch rule is C++'s (bsmm_launch.cuh: use_conv_halo_dw); this
+# copy only sizes the row splits, so a disagreement costs speed, never correctness (the scratch
+# holds the splits of every (tap, block) either way).
+_HALO_DW_ROWS = 256
+_HALO_CAPACITY = {16: 512, 32: 448}
+_HALO_MAX_TAPS = 9
+
+
+def _conv_halo_dw(conv, dtype, block_size: int) -> bool:
+    """Whether the weight gradient of ``conv`` runs the halo dw kernel (see above)."""
+    env = os.environ.get("JBS_CONV_HALO", "")
+    if env[:1] == "0" or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        return False
+    if block_size not in _HALO_CAPACITY or conv.num_taps > _HALO_MAX_TAPS or (conv.num_taps < 2 and not env):
+        return False
+    if conv.mul != (1, 1) or conv.div != (1, 1) or conv.rows_hw != conv.source_hw:
+        return False
+    width = conv.rows_hw[1]
+    deltas = [(conv.offset[0] + kh * conv.step[0]) * width + conv.offset[1] + kw * conv.step[1]
+              for kh in range(conv.taps[0]) for kw in range(conv.taps[1])]
+    lo, hi = min(deltas), max(deltas)
+    return -(2**30) < lo and hi < 2**30 and _HALO_DW_ROWS + hi - lo <= _HALO_CAPACITY[block_size]
 
 
 def _dw_row_splits(rows: int, blocks: int) -> int:
