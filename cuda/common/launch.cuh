@@ -54,6 +54,20 @@ inline int resident_ctas_per_sm(int threads, size_t smem_bytes) {
   return n > 0 ? n : 1;
 }
 
+// The most dynamic shared memory one block of the current device may opt in to
+// (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86 / sm_89), cached per device.
+inline size_t max_smem_per_block_optin() {
+  static int limit[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return kDefaultSmemLimit;
+  if (limit[device] == 0) {
+    int bytes = 0;
+    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    limit[device] = bytes > 0 ? bytes : static_cast<int>(kDefaultSmemLimit);
+  }
+  return static_cast<size_t>(limit[device]);
+}
+
 // Whether the current device is sm_90 (Hopper), the only target of the wgmma
 // kernels, cached per device.
 inline bool device_is_sm90() {

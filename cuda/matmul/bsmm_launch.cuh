@@ -732,8 +732,8 @@ cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
 
 // The conv halo dw kernel (conv/bsconv_halo_dw_kernel.cuh) serves a conv's weight
 // gradient on the halo fwd / dx kernel's geometries (halo_geometry), 16-bit, bs 16
-// or 32, up to 9 taps (its accumulators), on any sm_80+ device; JBS_CONV_HALO=0/1
-// as there. The lowering sizes its row splits by the same rule
+// or 32, up to 9 taps (its accumulators), on devices whose blocks may take its
+// shared memory (148-168 KiB: sm_90, and sm_80 at bs 16); JBS_CONV_HALO=0/1 as there. The lowering sizes its row splits by the same rule
 // (jbs/_src/lowering.py: _conv_halo_dw).
 template <typename T, int BS>
 bool conv_halo_dw_geometry(const BsmmDwArgs& a, ConvHaloDwParams* hp) {
@@ -758,6 +758,9 @@ bool use_conv_halo_dw(const BsmmDwArgs& a) {
   ConvHaloDwParams unused;
   const int env = conv_halo_env();
   if (env == 0 || !conv_halo_dw_geometry<T, BS>(a, &unused)) return false;
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    if (ConvHaloDwConfig<T, BS>::kSmemBytes + 1024 > max_smem_per_block_optin()) return false;
+  }
   return env == 1 || a.gather.taps() >= 2;
 }
 

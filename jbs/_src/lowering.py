@@ -269,8 +269,9 @@ _DW_MIN_ROWS_PER_SPLIT = 1024
 
 # The conv halo dw kernel (cuda/conv/bsconv_halo_dw_kernel.cuh): its halo capacity per block
 # size and its most taps. The dispatch rule is C++'s (bsmm_launch.cuh: use_conv_halo_dw); this
-# copy only sizes the row splits, so a disagreement costs speed, never correctness (the scratch
-# holds the splits of every (tap, block) either way).
+# copy only sizes the row splits, so a disagreement (e.g. on a device whose blocks cannot take
+# the kernel's shared memory, where C++ keeps the implicit-GEMM dw) costs speed, never
+# correctness: the scratch holds the splits of every (tap, block) either way.
 _HALO_DW_ROWS = 256
 _HALO_CAPACITY = {16: 512, 32: 448}
 _HALO_MAX_TAPS = 9
