@@ -567,6 +567,15 @@ cudaError_t launch_stream_even_group_variant(const BsmmBlocksArgs& a, cudaStream
 // switch: JBS_WGMMA=0 and JBS_GROUPS=0 leave it on.
 inline int conv_halo_env() { return env_switch("JBS_CONV_HALO"); }
 
+// The halo kernels' geometry fields (ConvHaloParams, ConvHaloDwParams): blocks per
+// tap, and the halo of a tile of tile_rows rows (conv/halo_tile.cuh).
+template <typename HaloParams>
+void set_halo_fields(HaloParams* hp, int64_t nnz, int taps, int64_t lo, int64_t hi, int tile_rows) {
+  hp->nnz_per_tap = static_cast<int>(nnz / taps);
+  hp->delta_min = static_cast<int>(lo);
+  hp->halo_rows = static_cast<int>(tile_rows + hi - lo);
+}
+
 // Fills the kernel's geometry fields; false where the kernel cannot run.
 template <typename T, int BS>
 bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
@@ -580,9 +589,7 @@ bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
         Cfg::smem_bytes(taps) > Cfg::kOptInBytes || Cfg::kTN + hi - lo > Cfg::kHaloRows) {
       return false;
     }
-    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
-    hp->delta_min = static_cast<int>(lo);
-    hp->halo_rows = static_cast<int>(Cfg::kTN + hi - lo);
+    set_halo_fields(hp, a.nnz, taps, lo, hi, Cfg::kTN);
     return true;
   }
   return false;
@@ -733,8 +740,9 @@ cudaError_t launch_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
 // The conv halo dw kernel (conv/bsconv_halo_dw_kernel.cuh) serves a conv's weight
 // gradient on the halo fwd / dx kernel's geometries (halo_geometry), 16-bit, bs 16
 // or 32, up to 9 taps (its accumulators), on devices whose blocks may take its
-// shared memory (148-168 KiB: sm_90, and sm_80 at bs 16); JBS_CONV_HALO=0/1 as there. The lowering sizes its row splits by the same rule
-// (jbs/_src/lowering.py: _conv_halo_dw).
+// shared memory (148-168 KiB: sm_90, and sm_80 at bs 16); JBS_CONV_HALO=0/1 as
+// there. The lowering sizes its row splits by the same rule (jbs/_src/lowering.py:
+// _conv_halo_dw).
 template <typename T, int BS>
 bool conv_halo_dw_geometry(const BsmmDwArgs& a, ConvHaloDwParams* hp) {
   if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
@@ -745,9 +753,7 @@ bool conv_halo_dw_geometry(const BsmmDwArgs& a, ConvHaloDwParams* hp) {
         Cfg::kRows + hi - lo > Cfg::kHaloRows) {
       return false;
     }
-    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
-    hp->delta_min = static_cast<int>(lo);
-    hp->halo_rows = static_cast<int>(Cfg::kRows + hi - lo);
+    set_halo_fields(hp, a.nnz, taps, lo, hi, Cfg::kRows);
     return true;
   }
   return false;
