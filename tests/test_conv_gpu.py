@@ -149,6 +149,56 @@ def test_conv_halo_kernel(rng, monkeypatch, kernel_size, padding, dilation, bs, 
     check_three_ops(rng, conv, (5, 13, 11, 4 * bs), dtype)
 
 
+HALO_SS_IMAGES = [  # batch, height, width: 8, 16 and 32 pixels wide
+    (5, 8, 8),    # 4 images per 256-row tile, the last tile holds one
+    (3, 8, 16),   # 2 images per tile, the last tile half empty
+    (2, 16, 32),  # 2 tiles per image
+]
+
+
+def kernel_names(fn, *args):
+    """Names of the CUDA kernels that one call of fn launched (CUPTI, through torch.profiler)."""
+    torch = pytest.importorskip("torch")
+    jax.block_until_ready(fn(*args))  # compile outside the profile
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        jax.block_until_ready(fn(*args))
+    return {event.name for event in prof.events()}
+
+
+@pytest.mark.parametrize("kernel_size,padding,dilation", HALO_GEOMETRIES)
+@pytest.mark.parametrize("bs", [16, 32])
+@pytest.mark.parametrize("images", HALO_SS_IMAGES)
+def test_conv_halo_ss_kernel(rng, monkeypatch, kernel_size, padding, dilation, bs, images):
+    """The halo kernel's shared-memory-operand variant (conv/bsconv_halo_ss_kernel.cuh), which
+    takes images 8, 16 or 32 pixels wide: forward and input gradient against float64 with
+    tiles of several images, of part of one, and partly past the batch; a heavy column, an
+    empty row and column, and a narrower last column group."""
+    monkeypatch.setenv("JBS_CONV_HALO", "1")
+    dtype = jnp.bfloat16 if bs == 32 else jnp.float16
+    cols = 11 if bs == 16 else 6
+    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, cols, density=0.4), bs, kernel_size, 1, padding,
+                               dilation)
+    check_three_ops(rng, conv, images + (4 * bs,), dtype)
+
+
+@pytest.mark.parametrize("bs", [16, 32])
+def test_conv_halo_ss_kernel_is_the_one_that_runs(rng, monkeypatch, bs):
+    """By default a 3x3 conv on 32-pixel-wide images runs the ss variant for fwd and dx, and
+    JBS_CONV_HALO_SS=0 the halo kernel; both agree with float64 (test_conv_halo_ss_kernel)."""
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 6, 8 if bs == 16 else 4), bs, (3, 3))
+    x = random_array(rng, (4, 16, 32, 6 * bs), jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    g = random_array(rng, x.shape[:3] + (conv.layout.shape[1] * bs,), jnp.bfloat16)
+    for env, expected, other in (("", "bsconv_halo_ss_kernel", None), ("0", "bsconv_halo_kernel", "_ss_")):
+        monkeypatch.setenv("JBS_CONV_HALO_SS", env)
+        fwd = jax.jit(lambda x, w: conv(x, w))  # new functions: no cached executable or graph
+        dx = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[0])
+        for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
+            names = [name for name in kernel_names(fn, *args) if "bsconv_halo" in name and "_dw_" not in name]
+            assert names and all(expected in name for name in names), names
+            assert other is None or not any(other in name for name in names), names
+
+
 def test_conv_halo_kernel_is_the_one_that_runs(rng, monkeypatch):
     """With JBS_CONV_HALO unset a 3x3 fp16 conv takes the halo kernels: their sum orders differ
     from the implicit-GEMM kernels' (fwd / dx: channel block major, taps inside; dw: rows split

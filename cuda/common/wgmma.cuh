@@ -97,6 +97,22 @@ __device__ __forceinline__ void wgmma_wait() {
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B), "r"(1))
+// The SS forms (A from shared memory too, K-major: core matrices of 8 rows of
+// 16 B of k, LBO along k, SBO along m), 16-bit types only.
+#define JBS_WGMMA_SS_M64N32(INSTR) \
+  asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %19, 0;\n" \
+        "wgmma.mma_async.sync.aligned." INSTR " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, %18;\n}\n" \
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
+        : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(1))
+#define JBS_WGMMA_SS_M64N128(INSTR) \
+  asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %67, 0;\n" \
+        "wgmma.mma_async.sync.aligned." INSTR " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %66;\n}\n" \
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+        : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(1))
 #endif
 
 // d += A * B for one k-step (see the contract above): m64nNk16 for 16-bit
@@ -126,6 +142,27 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
     if constexpr (kBf16) JBS_WGMMA_RS_M64N128("m64n128k16.f32.bf16.bf16", ", %69");
     else if constexpr (kTf32) JBS_WGMMA_RS_M64N128("m64n128k8.f32.tf32.tf32", "");
     else JBS_WGMMA_RS_M64N128("m64n128k16.f32.f16.f16", ", %69");
+  }
+#else
+  __trap();  // unreachable: the launchers pick wgmma kernels only for sm_90a builds on sm_90
+#endif
+}
+
+// d += A * B for one k-step with A (64 x 16) read from shared memory through
+// desc_a: m64nNk16, 16-bit types. Used where A's rows are a shifted window of a
+// shared tile, so a descriptor offset replaces per-lane fragment loads.
+template <typename T, int N, int TRANS_B>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(N == 32 || N == 128, "wgmma_ss: N of 32 or 128");
+#ifdef JBS_WGMMA_AVAILABLE
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>, "wgmma_ss takes bf16 or f16 operands");
+  if constexpr (N == 32) {
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N32("m64n32k16.f32.bf16.bf16");
+    else JBS_WGMMA_SS_M64N32("m64n32k16.f32.f16.f16");
+  } else {
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N128("m64n128k16.f32.bf16.bf16");
+    else JBS_WGMMA_SS_M64N128("m64n128k16.f32.f16.f16");
   }
 #else
   __trap();  // unreachable: the launchers pick wgmma kernels only for sm_90a builds on sm_90

@@ -46,6 +46,7 @@
 #include "common/wgmma.cuh"
 #include "conv/halo_tile.cuh"
 #include "conv/row_gather.h"
+#include "conv/tap_blocks.cuh"
 #include "matmul/bsmm_group_kernel.cuh"  // GroupParams, GroupCta
 #include "matmul/group_item_mma.cuh"
 #include "matmul/tile_io.cuh"
@@ -82,7 +83,6 @@ struct ConvHaloConfig {
   static constexpr int kTapsPerWait = 3;
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kTapElems = kP * kBlockElems;  // one tap's P blocks
-  static constexpr int kTapChunks = kTapElems / 8;   // its 16-byte copies
   // The kernel's shared-memory opt-in, the same for every launch (common/launch.cuh
   // sets it once per kernel): sm_90's 227 KiB less launch_kernel's 1 KiB of slack.
   static constexpr int kOptInBytes = 226 * 1024;
@@ -125,46 +125,16 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
     load_halo_async<T, BS, Cfg::kHaloRows, Cfg::kLdH, Cfg::kThreads>(
         dst, cta.in_group + static_cast<int64_t>(block) * BS, lo, p.halo_rows, p.rows, p.in_cols, tid);
   };
-  // One tap's P blocks (row: [channel block, block of column 0..P-1 or -1]) as
-  // wgmma B operands of core matrices (common/wgmma.cuh; 8 elements per 16-byte
-  // core-matrix row). By default each block alone: element (r, c) of block q at
-  // q * BS * BS + ((r/8) * BS/8 + c/8) * 64 + (r%8) * 8 + c%8, read N-major by the
-  // fwd (k = r) and K-major by the dx (k = c); absent blocks are not copied. kDenseN:
-  // the P blocks as one 128-wide operand, absent ones zero-filled; the dx reads the
-  // same layout K-major (n = q * BS + r), the fwd needs the n of all blocks
-  // interleaved: element (r, c) of block q at ((r/8) * 16 + (q * BS + c)/8) * 64 + ...
-  auto load_tap = [&](T* dst, const int (&row)[1 + kP], int shift) {
-#pragma unroll
-    for (int k = 0; k < Cfg::kTapChunks / Cfg::kThreads; ++k) {
-      const int idx = tid + k * Cfg::kThreads;
-      const int q = idx / (Cfg::kTapChunks / kP);  // block column, the same across a warp
-      const int r = (idx / Cfg::kChunksPerRow) % BS;
-      const int chunk = idx % Cfg::kChunksPerRow;
-      int block = -1;
-#pragma unroll
-      for (int c = 0; c < kP; ++c) block = c == q ? row[1 + c] : block;  // no local-memory index
-      if (!Cfg::kDenseN && block < 0) continue;
-      const int core = Cfg::kDenseN && !TRANS ? (r / 8) * (128 / 8) + q * Cfg::kChunksPerRow + chunk
-                                              : (q * BS + r) / 8 * Cfg::kChunksPerRow + chunk;
-      const T* src = cta.w + (block < 0 ? 0 : static_cast<int64_t>(block + shift) * Cfg::kBlockElems + r * BS + chunk * 8);
-      cp_async_16(dst + core * 64 + (r % 8) * 8, src, block < 0 ? 0 : 16);
-    }
-  };
-  static_assert(Cfg::kTapChunks % Cfg::kThreads == 0, "whole copies per thread");
+  // One tap's P blocks as wgmma B operands (conv/tap_blocks.cuh), of the item last
+  // given to copies.for_item.
+  TapBlockCopies<T, BS, TRANS, Cfg::kDenseN, Cfg::kThreads> copies(tid);
+  auto load_tap = [&](T* dst, int shift) { copies.issue(dst, cta.w, shift); };
   auto load_item = [&](T* slot, const int (&row)[1 + kP]) {
     load_halo(slot, row[0]);
-    for (int t = 0; t < taps; ++t) load_tap(slot + Cfg::kHaloElems + t * Cfg::kTapElems, row, t * p.nnz_per_tap);
+    for (int t = 0; t < taps; ++t) load_tap(slot + Cfg::kHaloElems + t * Cfg::kTapElems, t * p.nnz_per_tap);
   };
-  auto mask_of = [](const int (&row)[1 + kP]) {
-    unsigned m = 0;
-#pragma unroll
-    for (int c = 0; c < kP; ++c) m |= (row[1 + c] >= 0 ? 1u : 0u) << c;
-    return m;
-  };
-  auto read_row = [&](int i, int (&row)[1 + kP]) {
-#pragma unroll
-    for (int k = 0; k <= kP; ++k) row[k] = __ldg(rows_of + static_cast<int64_t>(i) * (1 + kP) + k);
-  };
+  auto mask_of = [](const int (&row)[1 + kP]) { return present_columns<kP>(row); };
+  auto read_row = [&](int i, int (&row)[1 + kP]) { read_union_row<kP>(rows_of, i, row); };
   // This lane's ldmatrix rows (one per m64 half): tile row, and its pixel's (h, w).
   const int row_in_wg = (warp & 3) * 16;
   const int plane = g.rows_h * g.rows_w;
@@ -183,6 +153,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
   unsigned mask_next = 0;
   if (items > 0) {
     read_row(0, next);
+    copies.for_item(next);
     load_item(smem, next);
     mask_next = mask_of(next);
     if (items > 1) read_row(1, next);
@@ -201,6 +172,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
     const bool more = i + 1 < items;
     T* const next_slot = smem + ((i + 1) & 1) * slot_elems;
     if (more) mask_next = mask_of(next);
+    if (more) copies.for_item(next);
     if (more && !Cfg::kInterleaveCopies) load_item(next_slot, next);
 
     const T* const halo = smem + (i & 1) * slot_elems;
@@ -248,7 +220,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
       if (Cfg::kInterleaveCopies && more) {
         if (t0 == 0) load_halo(next_slot, next[0]);
         for (int u = 2 * t0; u < 2 * (t0 + Cfg::kTapsPerWait) && u < taps; ++u) {
-          load_tap(next_slot + Cfg::kHaloElems + u * Cfg::kTapElems, next, u * p.nnz_per_tap);
+          load_tap(next_slot + Cfg::kHaloElems + u * Cfg::kTapElems, u * p.nnz_per_tap);
         }
       }
       wgmma_wait<0>();

@@ -11,6 +11,7 @@
 #include "common/launch.cuh"
 #include "conv/bsconv_halo_dw_kernel.cuh"
 #include "conv/bsconv_halo_kernel.cuh"
+#include "conv/bsconv_halo_ss_kernel.cuh"
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
@@ -627,6 +628,87 @@ cudaError_t launch_conv_halo_variant(const BsmmBlocksArgs& a, cudaStream_t strea
   }
 }
 
+// The halo kernel's variant with its activation operand read from shared memory
+// (conv/bsconv_halo_ss_kernel.cuh) takes the halo kernel's convs whose images are
+// 8, 16 or 32 pixels wide and a multiple of 8 high, with the tile's image rows
+// dividing the height (or whole images per tile), column shifts of at most 8 and
+// the halo within its copies. JBS_CONV_HALO_SS=0 keeps the halo kernel there.
+inline int conv_halo_ss_env() { return env_switch("JBS_CONV_HALO_SS"); }
+
+template <typename T, int BS>
+bool conv_halo_ss_geometry(const BsmmBlocksArgs& a, ConvHaloSsParams* hp) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvHaloSsConfig<T, BS>;
+    const RowGather& g = a.gather;
+    const int taps = g.taps_h * g.taps_w;
+    int64_t lo = 0, hi = 0;
+    if (!a.gathered || !halo_geometry(g, &lo, &hi) || a.group_items == nullptr || a.group_width != 128 / BS ||
+        a.num_group_items <= 0 || a.num_group_items % taps != 0 || a.nnz % taps != 0) {
+      return false;
+    }
+    const int width = g.rows_w, height = g.rows_h;
+    const int tile_image_rows = Cfg::kTN / ((width == 8 || width == 16 || width == 32) ? width : 1);
+    if (tile_image_rows == Cfg::kTN || height % 8 != 0 ||
+        (height % tile_image_rows != 0 && tile_image_rows % height != 0)) {
+      return false;
+    }
+    int oh_min = 0, oh_max = 0, ow_min = 0, ow_max = 0;
+    for (int t = 0; t < taps; ++t) {
+      const TapShift s = tap_shift(g, t);
+      oh_min = t == 0 || s.oh < oh_min ? s.oh : oh_min;
+      oh_max = t == 0 || s.oh > oh_max ? s.oh : oh_max;
+      ow_min = t == 0 || s.ow < ow_min ? s.ow : ow_min;
+      ow_max = t == 0 || s.ow > ow_max ? s.ow : ow_max;
+    }
+    if (ow_min < -Cfg::kPad || ow_max > Cfg::kPad) return false;
+    const int image_rows = tile_image_rows < height ? tile_image_rows : height;
+    const int top = oh_min < 0 ? -oh_min : 0;
+    const int64_t band_rows = int64_t{image_rows} + top + (oh_max > 0 ? oh_max : 0);
+    const int64_t bands = tile_image_rows / image_rows;
+    const int64_t copies = bands * band_rows * width * Cfg::kPlanes;
+    const int64_t slots = (bands * band_rows * (width + Cfg::kPad) + Cfg::kPad + 7) / 8 * 8;
+    if (copies > int64_t{Cfg::kMaxCopiesPerThread} * Cfg::kThreads ||
+        Cfg::smem_bytes(taps, static_cast<int>(slots)) > Cfg::kOptInBytes) {
+      return false;
+    }
+    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
+    hp->top = top;
+    hp->band_rows = static_cast<int>(band_rows);
+    hp->image_rows = image_rows;
+    hp->plane_slots = static_cast<int>(slots);
+    hp->halo_copies = static_cast<int>(copies);
+    return true;
+  }
+  return false;
+}
+
+template <typename T, int BS>
+bool use_conv_halo_ss(const BsmmBlocksArgs& a) {
+  ConvHaloSsParams unused;
+  return conv_halo_ss_env() != 0 && use_conv_halo<T, BS>(a) && conv_halo_ss_geometry<T, BS>(a, &unused);
+}
+
+template <typename T, int BS, bool TRANS>
+cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvHaloSsConfig<T, BS>;
+    ConvHaloSsParams p;
+    static_cast<GroupParams&>(p) = group_params(a);
+    if (!conv_halo_ss_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_conv_halo_ss said yes
+    const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
+    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    const auto kernel = bsconv_halo_ss_kernel<T, BS, TRANS>;
+    // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
+    const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
+    if (err != cudaSuccess) return err;
+    const int taps = static_cast<int>(a.gather.taps());
+    return launch_kernel(kernel, grid, dim3(Cfg::kThreads), static_cast<size_t>(Cfg::smem_bytes(taps, p.plane_slots)),
+                         stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_conv_halo_ss() is false for these
+  }
+}
+
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
 // as a compile-time constant.
 template <typename F>
@@ -651,6 +733,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (a.gathered && use_conv_halo_ss<T, BS>(a)) return launch_conv_halo_ss_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
         if (use_group_wgmma<T, BS>(a)) {
           return a.gathered ? launch_group_wgmma_variant<T, BS, TRANS, true>(a, stream)
