@@ -172,8 +172,10 @@ def test_conv_halo_ss_kernel(rng, monkeypatch, kernel_size, padding, dilation, b
     """The halo kernel's shared-memory-operand variant (conv/bsconv_halo_ss_kernel.cuh), which
     takes images 8, 16 or 32 pixels wide: forward and input gradient against float64 with
     tiles of several images, of part of one, and partly past the batch; a heavy column, an
-    empty row and column, and a narrower last column group."""
+    empty row and column, and a narrower last column group. (JBS_CONV_STRIP=0: the strip kernel
+    would take bs 32 on 16-row images.)"""
     monkeypatch.setenv("JBS_CONV_HALO", "1")
+    monkeypatch.setenv("JBS_CONV_STRIP", "0")
     dtype = jnp.bfloat16 if bs == 32 else jnp.float16
     cols = 11 if bs == 16 else 6
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, cols, density=0.4), bs, kernel_size, 1, padding,
@@ -181,22 +183,48 @@ def test_conv_halo_ss_kernel(rng, monkeypatch, kernel_size, padding, dilation, b
     check_three_ops(rng, conv, images + (4 * bs,), dtype)
 
 
-@pytest.mark.parametrize("bs", [16, 32])
-def test_conv_halo_ss_kernel_is_the_one_that_runs(rng, monkeypatch, bs):
-    """By default a 3x3 conv on 32-pixel-wide images runs the ss variant for fwd and dx, and
-    JBS_CONV_HALO_SS=0 the halo kernel; both agree with float64 (test_conv_halo_ss_kernel)."""
+HALO_STRIP_IMAGES = [  # batch, height, width: strips of 32 / 16 rows, 8 pixels wide
+    (2, 32, 24),  # one strip per tile, three per image row
+    (3, 16, 8),   # two strips (images) per tile, the last tile half past the batch
+    (1, 64, 16),  # two strips per image column
+]
+
+
+@pytest.mark.parametrize("kernel_size,padding,dilation", HALO_GEOMETRIES)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("images", HALO_STRIP_IMAGES)
+def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dtype, images):
+    """The bs 32 strip kernel (conv/bsconv_strip_kernel.cuh: output channels on the MMA's M,
+    strips of pixels on its N): forward and input gradient against float64 with strips of
+    32 and 16 rows, tiles partly past the batch, taps in batches of 3 and 2, a heavy column,
+    an empty row and column, and a narrower last column group (6 columns of 4 per group)."""
+    monkeypatch.setenv("JBS_CONV_HALO", "1")
+    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, 6, density=0.4), 32, kernel_size, 1, padding,
+                               dilation)
+    check_three_ops(rng, conv, images + (4 * 32,), dtype)
+
+
+@pytest.mark.parametrize("bs,env,expected", [
+    (32, {}, "bsconv_strip_kernel"),
+    (32, {"JBS_CONV_STRIP": "0"}, "bsconv_halo_ss_kernel"),
+    (16, {}, "bsconv_halo_ss_kernel"),
+    (16, {"JBS_CONV_HALO_SS": "0"}, "bsconv_halo_kernel"),
+])
+def test_conv_halo_kernels_are_the_ones_that_run(rng, monkeypatch, bs, env, expected):
+    """A 3x3 conv on 32 x 32 images runs, by default, the strip kernel at bs 32 and the ss
+    kernel at bs 16, for fwd and dx; each switch hands it to the next kernel. (Each kernel
+    agrees with float64 in its own test above.)"""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     conv = jbs.BlockSparseConv(power_law_layout(rng, 6, 8 if bs == 16 else 4), bs, (3, 3))
-    x = random_array(rng, (4, 16, 32, 6 * bs), jnp.bfloat16)
+    x = random_array(rng, (4, 32, 32, 6 * bs), jnp.bfloat16)
     w = random_array(rng, conv.w_shape, jnp.bfloat16)
     g = random_array(rng, x.shape[:3] + (conv.layout.shape[1] * bs,), jnp.bfloat16)
-    for env, expected, other in (("", "bsconv_halo_ss_kernel", None), ("0", "bsconv_halo_kernel", "_ss_")):
-        monkeypatch.setenv("JBS_CONV_HALO_SS", env)
-        fwd = jax.jit(lambda x, w: conv(x, w))  # new functions: no cached executable or graph
-        dx = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[0])
-        for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
-            names = [name for name in kernel_names(fn, *args) if "bsconv_halo" in name and "_dw_" not in name]
-            assert names and all(expected in name for name in names), names
-            assert other is None or not any(other in name for name in names), names
+    fwd = jax.jit(lambda x, w: conv(x, w))  # new functions: no cached executable or graph
+    dx = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[0])
+    for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
+        names = {name for name in kernel_names(fn, *args) if "bsconv_" in name and "_dw_" not in name}
+        assert names and all(expected in name for name in names), names
 
 
 def test_conv_halo_kernel_is_the_one_that_runs(rng, monkeypatch):

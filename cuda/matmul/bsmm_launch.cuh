@@ -12,6 +12,7 @@
 #include "conv/bsconv_halo_dw_kernel.cuh"
 #include "conv/bsconv_halo_kernel.cuh"
 #include "conv/bsconv_halo_ss_kernel.cuh"
+#include "conv/bsconv_strip_kernel.cuh"
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
@@ -709,6 +710,101 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
   }
 }
 
+// The conv strip kernel (conv/bsconv_strip_kernel.cuh) takes the halo kernels'
+// bs 32 convs whose images are a multiple of 8 pixels wide and 16 or a multiple of
+// 32 high (strips of R = 16 / 32 rows), with taps a multiple of 3 or 2, taps
+// reaching at most 8 pixels left and right together, and the halo within its
+// copies. JBS_CONV_STRIP=0 leaves those convs to the ss / halo kernels.
+inline int conv_strip_env() { return env_switch("JBS_CONV_STRIP"); }
+
+struct ConvStripShape {
+  int strip_rows = 0;     // R
+  int taps_per_wait = 0;  // 3 or 2
+};
+
+template <typename T, int BS>
+bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStripShape* shape) {
+  if constexpr (kIs16Bit<T> && BS == 32) {
+    const RowGather& g = a.gather;
+    const int taps = g.taps_h * g.taps_w;
+    int64_t lo = 0, hi = 0;
+    if (!a.gathered || !halo_geometry(g, &lo, &hi) || a.group_items == nullptr || a.group_width != 128 / BS ||
+        a.num_group_items <= 0 || a.num_group_items % taps != 0 || a.nnz % taps != 0) {
+      return false;
+    }
+    const int width = g.rows_w, height = g.rows_h;
+    shape->strip_rows = height % 32 == 0 ? 32 : height == 16 ? 16 : 0;
+    shape->taps_per_wait = taps % 3 == 0 ? 3 : taps % 2 == 0 ? 2 : 0;
+    if (width % 8 != 0 || shape->strip_rows == 0 || shape->taps_per_wait == 0) return false;
+    int oh_min = 0, oh_max = 0, ow_min = 0, ow_max = 0;
+    for (int t = 0; t < taps; ++t) {
+      const TapShift s = tap_shift(g, t);
+      oh_min = t == 0 || s.oh < oh_min ? s.oh : oh_min;
+      oh_max = t == 0 || s.oh > oh_max ? s.oh : oh_max;
+      ow_min = t == 0 || s.ow < ow_min ? s.ow : ow_min;
+      ow_max = t == 0 || s.ow > ow_max ? s.ow : ow_max;
+    }
+    const int left = ow_min < 0 ? -ow_min : 0, right = ow_max > 0 ? ow_max : 0;
+    if (left + right > 8 || ow_max < -8 || ow_min > 8) return false;
+    const int top = oh_min < 0 ? -oh_min : 0;
+    const int64_t band_rows = int64_t{shape->strip_rows} + top + (oh_max > 0 ? oh_max : 0);
+    const int64_t strips = 32 / shape->strip_rows;
+    const int64_t copies = strips * band_rows * (8 + left + right) * (BS / 8);
+    const int64_t slots = strips * band_rows * 16 + 16;
+    const int64_t smem = shape->strip_rows == 32 ? ConvStripConfig<T, 32>::smem_bytes(taps, static_cast<int>(slots))
+                                                 : ConvStripConfig<T, 16>::smem_bytes(taps, static_cast<int>(slots));
+    if (copies > 8 * 256 || smem > ConvStripConfig<T, 32>::kOptInBytes) return false;
+    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
+    hp->top = top;
+    hp->band_rows = static_cast<int>(band_rows);
+    hp->left = left;
+    hp->right = right;
+    hp->plane_slots = static_cast<int>(slots);
+    hp->halo_copies = static_cast<int>(copies);
+    return true;
+  }
+  return false;
+}
+
+template <typename T, int BS>
+bool use_conv_strip(const BsmmBlocksArgs& a) {
+  ConvStripParams unused;
+  ConvStripShape shape;
+  return conv_strip_env() != 0 && use_conv_halo<T, BS>(a) && conv_strip_geometry<T, BS>(a, &unused, &shape);
+}
+
+template <typename T, int BS, bool TRANS>
+cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && BS == 32) {
+    ConvStripParams p;
+    ConvStripShape shape;
+    static_cast<GroupParams&>(p) = group_params(a);
+    if (!conv_strip_geometry<T, BS>(a, &p, &shape)) return cudaErrorNotSupported;  // use_conv_strip said yes
+    // A tile is 256 pixels, so there are as many tiles as 256-row tiles.
+    const int64_t tiles = (a.rows + 255) / 256;
+    const dim3 grid(static_cast<unsigned>(a.num_groups * tiles), static_cast<unsigned>(a.groups));
+    const int taps = static_cast<int>(a.gather.taps());
+    auto launch = [&](auto r_c, auto tpw_c) {
+      constexpr int R = decltype(r_c)::value;
+      using Cfg = ConvStripConfig<T, R>;
+      const auto kernel = bsconv_strip_kernel<T, R, decltype(tpw_c)::value, TRANS>;
+      // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
+      const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
+      if (err != cudaSuccess) return err;
+      return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
+                           static_cast<size_t>(Cfg::smem_bytes(taps, p.plane_slots)), stream, p);
+    };
+    using I32 = std::integral_constant<int, 32>;
+    using I16 = std::integral_constant<int, 16>;
+    using I3 = std::integral_constant<int, 3>;
+    using I2 = std::integral_constant<int, 2>;
+    if (shape.strip_rows == 32) return shape.taps_per_wait == 3 ? launch(I32{}, I3{}) : launch(I32{}, I2{});
+    return shape.taps_per_wait == 3 ? launch(I16{}, I3{}) : launch(I16{}, I2{});
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_conv_strip() is false for these
+  }
+}
+
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
 // as a compile-time constant.
 template <typename F>
@@ -733,6 +829,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (a.gathered && use_conv_strip<T, BS>(a)) return launch_conv_strip_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo_ss<T, BS>(a)) return launch_conv_halo_ss_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
         if (use_group_wgmma<T, BS>(a)) {
