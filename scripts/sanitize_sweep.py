@@ -30,10 +30,14 @@ def sweep_convs(layout, bs, dtype):
     for conv, shape in ((jbs.BlockSparseConv(layout, bs, (2, 3), 2, ((1, 0), (2, 0))), (2, 9, 7)),
                         (jbs.BlockSparseConvTranspose(layout, bs, (3, 3), 2), (2, 5, 4)),
                         (jbs.BlockSparseConv(layout, bs, (1, 1)), (3, 33, 31)),  # dw row splits
-                        # stride 1, output the input's size: the halo kernel (16-bit, bs 16 / 32),
+                        # stride 1, output the input's size: the halo kernels (16-bit, bs 16 / 32),
                         # tiles spanning images and ending part-way
                         (jbs.BlockSparseConv(layout, bs, (3, 3), 1, "SAME", 2), (3, 13, 11)),
-                        (jbs.BlockSparseConv(layout, bs, (2, 3), 1, ((1, 0), (1, 1))), (2, 17, 9))):
+                        (jbs.BlockSparseConv(layout, bs, (2, 3), 1, ((1, 0), (1, 1))), (2, 17, 9)),
+                        # images 8 / 16 / 32 wide: the ss kernel (bs 16) and the strip kernel
+                        # (bs 32; 16-row strips, then 32-row strips with taps in pairs)
+                        (jbs.BlockSparseConv(layout, bs, (3, 3)), (3, 16, 8)),
+                        (jbs.BlockSparseConv(layout, bs, (2, 2), 1, ((1, 0), (1, 0))), (2, 32, 16))):
         x = jnp.asarray(rng.standard_normal(shape + (conv.features[0],)), dtype)
         w = jnp.asarray(rng.standard_normal(conv.w_shape), dtype)
         y, pull = jax.vjp(conv, x, w)

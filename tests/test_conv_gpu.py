@@ -197,11 +197,24 @@ def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dty
     """The bs 32 strip kernel (conv/bsconv_strip_kernel.cuh: output channels on the MMA's M,
     strips of pixels on its N): forward and input gradient against float64 with strips of
     32 and 16 rows, tiles partly past the batch, taps in batches of 3 and 2, a heavy column,
-    an empty row and column, and a narrower last column group (6 columns of 4 per group)."""
+    an empty row and column, and a narrower last column group (6 columns of 4 per group).
+    Each of these has fewer units than SMs: one per CTA."""
     monkeypatch.setenv("JBS_CONV_HALO", "1")
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, 6, density=0.4), 32, kernel_size, 1, padding,
                                dilation)
     check_three_ops(rng, conv, images + (4 * 32,), dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_conv_strip_kernel_walks_many_units(rng, dtype):
+    """The strip kernel's persistent CTAs (one per SM) each walk several (tile, column group)
+    units, loading a unit's first item during the previous unit's last: 80 tiles x 3 groups =
+    240 units. The middle group has no blocks at all (its units have no items, their output
+    is zeros) and one row of the layout is empty."""
+    layout = heavy_column_layout(rng, 4, 12, density=0.5)
+    layout[:, 4:8] = False
+    conv = jbs.BlockSparseConv(layout, 32, (3, 3))
+    check_three_ops(rng, conv, (40, 32, 16, 4 * 32), dtype)
 
 
 @pytest.mark.parametrize("bs,env,expected", [

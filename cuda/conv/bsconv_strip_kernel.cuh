@@ -22,13 +22,18 @@
 // channel planes (as the ss kernel's), each row 16 slots: pixels x0 - 8 .. x0 + 7
 // at 0 .. 15, so a strip row's left neighbours (up to `left`) sit below its 8
 // pixels and its right ones (up to `right`, left + right <= 8) at the start of
-// the next row. Slots outside the image stay zero (written once per CTA).
+// the next row. Slots outside the image are zero-filled by the same copies.
 //
-// CTA = (tile, group of 4 output block columns); warpgroup wg owns columns 2 wg
-// and 2 wg + 1 for all 256 pixels (an m64 x 256 fp32 accumulator). Items are the
-// group's union items (the conv's group tables, tap 0's, as the halo kernels);
-// per item every tap's present blocks arrive by bulk copies on the slot's
-// mbarrier and the halo by cp.async. Taps run in table order: deterministic.
+// Work unit = (tile, group of 4 output block columns); warpgroup wg owns columns
+// 2 wg and 2 wg + 1 for all 256 pixels (an m64 x 256 fp32 accumulator). Items
+// are the group's union items (the conv's group tables, tap 0's, as the halo
+// kernels); per item every tap's present blocks arrive by bulk copies on the
+// slot's mbarrier and the halo by cp.async. The CTAs are persistent, one per SM,
+// and load one item ahead across their units: a unit's first item loads during
+// the previous unit's last one, and its epilogue (staged in that item's slot)
+// overlaps the next unit's loads. With one CTA per unit, the first load and the
+// epilogue of every CTA were exposed: ~55 us of a 3x3 conv's 262 at density 1/2
+// (benchmarks/NOTES.md, session 15). Taps run in table order: deterministic.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +56,7 @@ struct ConvStripParams : GroupParams {
   int left, right;  // pixels the taps reach left / right of a strip: -min ow, max ow
   int plane_slots;  // 16-byte slots of one channel plane
   int halo_copies;  // 16-byte copies of an item's halo (strips x band_rows x (8 + left + right) x 4)
+  int64_t units;    // tiles x num_groups: the work items of the persistent CTAs
 };
 
 template <typename T, int R>
@@ -64,19 +70,18 @@ struct ConvStripConfig {
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
   static constexpr int kRowSlots = 16;
-  static constexpr int kMaxCopiesPerThread = 8;
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kTapElems = kP * kBlockElems;
-  static constexpr int kLdC = 128 + 8;  // the epilogue's staged tile: pixels x channels
+  static constexpr int kLdS = kP * BS + 8;  // the epilogue's staged tile: 256 pixels x 128 channels of T
   static constexpr int kOptInBytes = 226 * 1024;
   static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
+  // A ring slot: the halo, then every tap's P blocks; it also holds the staged output tile.
   static constexpr int64_t slot_elems(int taps, int plane_slots) {
-    return halo_elems(plane_slots) + static_cast<int64_t>(taps) * kTapElems;
+    const int64_t operands = halo_elems(plane_slots) + static_cast<int64_t>(taps) * kTapElems;
+    return operands > 256 * kLdS ? operands : 256 * kLdS;
   }
   static constexpr int64_t smem_bytes(int taps, int plane_slots) {
-    const int64_t ring = kStages * slot_elems(taps, plane_slots) * static_cast<int64_t>(sizeof(T));
-    const int64_t epilogue = 256 * kLdC * 4;
-    return ring > epilogue ? ring : epilogue;
+    return kStages * slot_elems(taps, plane_slots) * static_cast<int64_t>(sizeof(T));
   }
 };
 
@@ -99,112 +104,150 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   const int64_t plane_elems = static_cast<int64_t>(p.plane_slots) * 8;
   const int64_t halo_elems = Cfg::halo_elems(p.plane_slots);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.plane_slots);
+  const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
+  const int strips_per_column = height / R;
+  const int strips_per_image = strips_per_column * (width / 8);
+  const T* const in_group = static_cast<const T*>(p.in) + blockIdx.y * p.in_group_stride;
+  const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
-  const GroupCta<T, BS, 256, true> cta(p);                 // its n0 / out / valid_rows are unused
-  const int items = (cta.end - cta.beg) / taps;
-  const int32_t* const rows_of = p.group_items + static_cast<int64_t>(cta.beg) * (1 + kP);
 
-  // The tile's strips: image, first row and first pixel; strips past the batch are empty.
-  const int64_t tile = blockIdx.x / static_cast<unsigned>(p.num_groups);
-  const int strips_per_column = height / R;
-  const int strips_per_image = strips_per_column * (width / 8);
-  const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
-  int64_t strip_image[kStrips];
-  int strip_h0[kStrips], strip_x0[kStrips];
+  // The strips of tile `tile`: image, first row and first pixel (past the batch: image >=
+  // images). Computed once per unit: the 64-bit division is ~100 instructions, and per
+  // copy it made the kernel 1.3x slower.
+  struct StripPos {
+    int64_t image;
+    int h0, x0;
+  };
+  auto strips_of = [&](int64_t tile, StripPos (&pos)[kStrips]) {
 #pragma unroll
-  for (int s = 0; s < kStrips; ++s) {
-    const int64_t strip = tile * kStrips + s;
-    strip_image[s] = strip / strips_per_image;
-    const int rem = static_cast<int>(strip - strip_image[s] * strips_per_image);
-    strip_h0[s] = (rem % strips_per_column) * R;
-    strip_x0[s] = (rem / strips_per_column) * 8;
+    for (int s = 0; s < kStrips; ++s) {
+      const int64_t strip = tile * kStrips + s;
+      pos[s].image = strip / strips_per_image;
+      const int rem = static_cast<int>(strip - pos[s].image * strips_per_image);
+      pos[s].h0 = (rem % strips_per_column) * R;
+      pos[s].x0 = (rem / strips_per_column) * 8;
+    }
+  };
+  auto pick = [](const StripPos (&pos)[kStrips], int s) {  // pos[s] without a local-memory index
+    StripPos r = pos[0];
+#pragma unroll
+    for (int q = 1; q < kStrips; ++q) r = q == s ? pos[q] : r;
+    return r;
+  };
+  // Unit u is column group q of tile u / num_groups, with q = (u + tile) % num_groups:
+  // the groups of a tile run side by side (one HBM read of its pixels), and a CTA's
+  // units (u, u + gridDim.x, ...) cycle through the groups. With q = u % num_groups a
+  // CTA met the same group every time (gridDim.x = 132, a multiple of 3 groups), and the
+  // CTAs of the narrow last group idled: 1.58x slower at density 1/8, 1.08x at 1/2
+  // (3x3, 320 channels; benchmarks/NOTES.md, session 15).
+  auto group_of = [&](int64_t unit) {
+    return static_cast<int>((unit + unit / p.num_groups) % p.num_groups);
+  };
+  auto items_of = [&](int64_t unit, const int32_t** rows_of) {
+    const int q = group_of(unit);
+    const int beg = __ldg(p.group_offsets + q), end = __ldg(p.group_offsets + q + 1);
+    *rows_of = p.group_items + static_cast<int64_t>(beg) * (1 + kP);
+    return (end - beg) / taps;  // tap 0's union items: the group's channel blocks
+  };
+
+  // The loader: the next item to load (item load_item of unit load_unit; the CTA's
+  // units are blockIdx.x, + gridDim.x, ...).
+  int64_t load_unit = blockIdx.x;
+  int load_item = 0, load_items = 0;
+  const int32_t* load_rows = nullptr;
+  StripPos load_pos[kStrips];
+  auto set_load_unit = [&]() {
+    load_items = items_of(load_unit, &load_rows);
+    strips_of(load_unit / p.num_groups, load_pos);
+  };
+  // This thread's halo copies, the same for every item but for the tile and the channel
+  // block: idx = tid + k * 256 = ((strip * band_rows + y) * span + dx) * planes + plane,
+  // span = left + 8 + right, packed as plane | dx << 2 | y << 7 | strip << 15 (-1: none).
+  constexpr int kMaxCopies = 8;
+  int copy_of[kMaxCopies];
+  {
+    const int span = p.left + 8 + p.right;
+#pragma unroll
+    for (int k = 0; k < kMaxCopies; ++k) {
+      const int idx = tid + k * Cfg::kThreads;
+      const int pixel = idx / Cfg::kPlanes;
+      const int strip_row = pixel / span;
+      const int s = strip_row / p.band_rows;
+      copy_of[k] = idx < p.halo_copies ? (idx % Cfg::kPlanes) | (pixel - strip_row * span) << 2 |
+                                             (strip_row - s * p.band_rows) << 7 | s << 15
+                                       : -1;
+    }
   }
+  // Moves the cursor past units without items; false once the CTA's units are done.
+  auto settle_loader = [&]() {
+    while (load_item >= load_items) {
+      load_unit += gridDim.x;
+      load_item = 0;
+      if (load_unit >= p.units) return false;
+      set_load_unit();
+    }
+    return true;
+  };
+  // Issues the cursor's item into ring slot `stage` and returns its present columns.
+  auto issue_load = [&](int stage) {
+    int row[1 + kP];
+    read_union_row<kP>(load_rows, load_item, row);
+    T* const slot = smem + stage * slot_elems;
+    // The halo (copy_of). Every slot of the span is written for every item (zero-filled
+    // outside the image), so a slot never keeps another tile's pixels.
+    const T* const column = in_group + static_cast<int64_t>(row[0]) * BS;
+#pragma unroll
+    for (int k = 0; k < kMaxCopies; ++k) {
+      if (copy_of[k] < 0) continue;
+      const int plane = copy_of[k] & 3, dx = (copy_of[k] >> 2) & 31, y = (copy_of[k] >> 7) & 255;
+      const int s = copy_of[k] >> 15;
+      const StripPos pos = pick(load_pos, s);
+      const int h = pos.h0 + y - p.top;
+      const int x = pos.x0 - p.left + dx;
+      const bool inside = pos.image < images && h >= 0 && h < height && x >= 0 && x < width;
+      const int64_t src = inside ? ((pos.image * height + h) * width + x) * p.in_cols + plane * 8 : 0;
+      cp_async_16(slot + plane * plane_elems + (s * band_slots + y * kRowSlots + 8 - p.left + dx) * 8, column + src,
+                  inside ? 16 : 0);
+    }
+    // Every tap's present blocks, raw (row-major, BS x BS) at tap t, column q: one bulk
+    // copy each by the lanes of warp 0, on the slot's barrier.
+    const unsigned mask = present_columns<kP>(row);
+    if (warp == 0) {
+      if (lane == 0) mbarrier_arrive_expect_tx(&full[stage], taps * __popc(mask) * Cfg::kBlockElems * sizeof(T));
+      __syncwarp();
+      fence_proxy_async();  // earlier generic accesses of this slot (ordered by the CTA barrier) before the copies
+      for (int j = lane; j < taps * kP; j += 32) {
+        const int t = j / kP, q = j - t * kP;
+        int block = -1;
+#pragma unroll
+        for (int c = 0; c < kP; ++c) block = c == q ? row[1 + c] : block;
+        if (block >= 0) {
+          bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
+                        w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
+                        Cfg::kBlockElems * sizeof(T), &full[stage]);
+        }
+      }
+    }
+    ++load_item;
+    return mask;
+  };
 
   if (tid == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) mbarrier_init(&full[s], 1);
     mbarrier_init_fence();
   }
-  // Zeros in both slots' halos once: whatever no item copies (padding) stays zero.
-  for (int64_t i = tid; i < halo_elems / 8; i += Cfg::kThreads) {
-#pragma unroll
-    for (int s = 0; s < Cfg::kStages; ++s) reinterpret_cast<uint4*>(smem + s * slot_elems)[i] = make_uint4(0, 0, 0, 0);
-  }
   __syncthreads();  // barriers initialised
 
-  // This thread's halo copies (the same for every item but for the channel block):
-  // idx = ((strip * band_rows + y) * span + dx) * planes + plane, span = left + 8 + right.
-  const int span = p.left + 8 + p.right;
-  int64_t copy_src[Cfg::kMaxCopiesPerThread];
-  int copy_dst[Cfg::kMaxCopiesPerThread];
-#pragma unroll
-  for (int k = 0; k < Cfg::kMaxCopiesPerThread; ++k) {
-    const int idx = tid + k * Cfg::kThreads;
-    const int plane = idx % Cfg::kPlanes;
-    const int pixel = idx / Cfg::kPlanes;
-    const int dx = pixel % span;
-    const int strip_row = pixel / span;
-    const int s = strip_row / p.band_rows;
-    const int y = strip_row - s * p.band_rows;
-    int64_t image = 0;
-    int h0 = 0, x0 = 0;
-#pragma unroll
-    for (int q = 0; q < kStrips; ++q) {
-      image = q == s ? strip_image[q] : image;
-      h0 = q == s ? strip_h0[q] : h0;
-      x0 = q == s ? strip_x0[q] : x0;
-    }
-    const int h = h0 + y - p.top;
-    const int x = x0 - p.left + dx;
-    const bool copied = idx < p.halo_copies && image < images && h >= 0 && h < height && x >= 0 && x < width;
-    const int64_t n = (image * height + h) * width + x;
-    copy_src[k] = copied ? n * p.in_cols + plane * 8 : 0;
-    copy_dst[k] =
-        copied ? static_cast<int>(plane * plane_elems + (s * band_slots + y * kRowSlots + 8 - p.left + dx) * 8) : -1;
-  }
-  // Shared-memory pointer arithmetic in elements: slots are 8 elements.
-  auto load_halo = [&](T* dst, int block) {
-    const T* const column = cta.in_group + static_cast<int64_t>(block) * BS;
-#pragma unroll
-    for (int k = 0; k < Cfg::kMaxCopiesPerThread; ++k) {
-      if (copy_dst[k] >= 0) cp_async_16(dst + copy_dst[k], column + copy_src[k], 16);
-    }
-  };
-  // Every tap's present blocks, raw (row-major, BS x BS) at tap t, column q: one bulk
-  // copy each by the lanes of warp 0, on the slot's barrier.
-  auto load_weights = [&](T* dst, const int (&row)[1 + kP], int stage) {
-    if (warp != 0) return;
-    const unsigned mask = present_columns<kP>(row);
-    if (lane == 0) mbarrier_arrive_expect_tx(&full[stage], taps * __popc(mask) * Cfg::kBlockElems * sizeof(T));
-    __syncwarp();
-    fence_proxy_async();  // earlier ldmatrix reads of this slot (ordered by the CTA barrier) before the copies
-    for (int j = lane; j < taps * kP; j += 32) {
-      const int t = j / kP, q = j - t * kP;
-      int block = -1;
-#pragma unroll
-      for (int c = 0; c < kP; ++c) block = c == q ? row[1 + c] : block;
-      if (block >= 0) {
-        bulk_copy_g2s(dst + halo_elems + j * Cfg::kBlockElems,
-                      cta.w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
-                      Cfg::kBlockElems * sizeof(T), &full[stage]);
-      }
-    }
-  };
-  auto read_row = [&](int i, int (&row)[1 + kP]) { read_union_row<kP>(rows_of, i, row); };
-
-  // The table is read one item ahead of the loads, so its latency hides behind an item's MMAs.
-  int next[1 + kP];  // item i + 1's row while item i runs
-  unsigned mask_of_item = 0;
-  if (items > 0) {
-    read_row(0, next);
-    load_halo(smem, next[0]);
-    load_weights(smem, next, 0);
-    mask_of_item = present_columns<kP>(next);
-    if (items > 1) read_row(1, next);
-  }
+  // Ring slot i & 1 holds the CTA's i-th item (counted over all its units);
+  // slot_mask[s] its present columns.
+  unsigned slot_mask[Cfg::kStages] = {0u, 0u};
+  set_load_unit();
+  bool more = settle_loader();
+  if (more) slot_mask[0] = issue_load(0);
   cp_async_commit();
 
   // B (the halo) K-major: the next 8 channels one plane further (LBO), the next
@@ -213,123 +256,137 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   // adding to the descriptor never carries out of the address field.
   const uint64_t b_base = wgmma_desc(smem, static_cast<uint32_t>(p.plane_slots) * 16, kRowSlots * 16);
   const uint32_t slot_units = static_cast<uint32_t>(slot_elems / 8);
-  // This warp's 16 rows of the warpgroup's m64: output channels (warp % 4 % 2) * 16..
+  // This warp's 16 rows of the warpgroup's m64: output channels (warp % 2) * 16..
   // of block column 2 wg + (warp % 4) / 2.
   const int my_column = 2 * wg + (warp & 3) / 2;
   const int m_in_block = (warp & 1) * 16;
   const int lr = lane & 7, li = lane >> 3;
 
-  float acc[kStrips][kN / 8][4] = {};
-  for (int i = 0; i < items; ++i) {
-    const int stage = i & 1;
-    cp_async_wait<0>();
-    mbarrier_wait(&full[stage], (i >> 1) & 1);
-    fence_proxy_async();  // cp.async and zero writes -> visible to wgmma's reads
-    __syncthreads();      // item i has landed for all; everybody is done with item i - 1's slot
-    const unsigned mask = __shfl_sync(0xffffffffu, mask_of_item, 0);  // uniform, see wg
-    if (i + 1 < items) {
-      T* const next_slot = smem + (stage ^ 1) * slot_elems;
-      load_halo(next_slot, next[0]);
-      load_weights(next_slot, next, stage ^ 1);
-      mask_of_item = present_columns<kP>(next);
-      if (i + 2 < items) read_row(i + 2, next);
+  float acc[kStrips][kN / 8][4];
+  int64_t seq = 0;  // items computed so far
+  for (int64_t unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+#pragma unroll
+    for (int s = 0; s < kStrips; ++s) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) acc[s][nt][0] = acc[s][nt][1] = acc[s][nt][2] = acc[s][nt][3] = 0.f;
     }
-    cp_async_commit();
-    const bool mine = (mask >> (2 * wg)) & 3u;  // this warpgroup has a block of the item
-    const bool my_block = (mask >> my_column) & 1u;
-    const T* const ws = smem + stage * slot_elems + halo_elems;
-    const uint64_t b_item = b_base + stage * slot_units;
-    // NTAPS = TAPS_PER_WAIT taps from t: their A fragments, then their wgmmas and one
-    // wait. NTAPS divides the taps: a batch with a tap to skip (a branch between
-    // wgmmas), or a second loop for the remainder, made ptxas serialize every wgmma
-    // (C7520).
-    int kh = 0, kw = 0;
-    auto run_taps = [&](int t) {
-      constexpr int NTAPS = TAPS_PER_WAIT;
-      uint32_t a[NTAPS][2][4];
-      int tap_slots[NTAPS];
-#pragma unroll
-      for (int j = 0; j < NTAPS; ++j) {
-        tap_slots[j] = (g.off_h + kh * g.step_h + p.top) * kRowSlots + 8 + g.off_w + kw * g.step_w;
-        kw = kw + 1 == g.taps_w ? 0 : kw + 1;
-        kh = kw == 0 ? kh + 1 : kh;
-        const T* const blk = ws + ((t + j) * kP + my_column) * Cfg::kBlockElems;
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
-          if (!my_block) {
-            a[j][ks][0] = a[j][ks][1] = a[j][ks][2] = a[j][ks][3] = 0u;
-          } else if constexpr (!TRANS) {
-            // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
-            ldsm_x4_t(a[j][ks], blk + (ks * 16 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
-          } else {
-            // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
-            ldsm_x4(a[j][ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + ks * 16 + (li >> 1) * 8);
-          }
-        }
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < NTAPS; ++j) {
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
-#pragma unroll
-          for (int s = 0; s < kStrips; ++s) {
-            const uint64_t b = b_item + s * (p.band_rows * kRowSlots) + tap_slots[j] + ks * 2 * p.plane_slots;
-            wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b);
-          }
-        }
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-    };
-    if (mine) {
-      for (int t = 0; t < taps; t += TAPS_PER_WAIT) run_taps(t);
-    }
-  }
+    const int64_t tile = unit / p.num_groups;
+    const int q = group_of(unit);
+    const int32_t* unused_rows;
+    const int items = items_of(unit, &unused_rows);
+    for (int i = 0; i < items; ++i, ++seq) {
+      const int stage = static_cast<int>(seq & 1);
+      cp_async_wait<0>();
+      mbarrier_wait(&full[stage], static_cast<uint32_t>(seq >> 1) & 1u);
+      fence_proxy_async();  // cp.async writes -> visible to wgmma's reads
+      __syncthreads();      // item seq has landed for all; everybody is done with item seq - 1's slot
+      const unsigned mask = __shfl_sync(0xffffffffu, stage ? slot_mask[1] : slot_mask[0], 0);  // uniform, see wg
+      const bool mine = (mask >> (2 * wg)) & 3u;  // this warpgroup has a block of the item
+      const bool my_block = (mask >> my_column) & 1u;
+      const T* const ws = smem + stage * slot_elems + halo_elems;
+      const uint64_t b_item = b_base + stage * slot_units;
 
-  cp_async_wait<0>();
-  __syncthreads();
-  // Stage the tile as pixels x channels: accumulator row m (channel 64 wg + m) and
-  // column n of strip s (its row n / 8, pixel n % 8) to cs[s * kN + n][64 wg + m].
-  float* const cs = reinterpret_cast<float*>(smem_raw);
-  const int gq = lane >> 2, tq = lane & 3;
-  const int m0 = 64 * wg + 16 * (warp & 3) + gq;
+      // NTAPS = TAPS_PER_WAIT taps from t: their A fragments, then their wgmmas (the
+      // caller waits). NTAPS divides the taps: a batch with a tap to skip (a branch
+      // between wgmmas), or a second loop for the remainder, made ptxas serialize every
+      // wgmma (C7520).
+      int kh = 0, kw = 0;
+      auto issue_taps = [&](int t) {
+        constexpr int NTAPS = TAPS_PER_WAIT;
+        uint32_t a[NTAPS][2][4];
+        int tap_slots[NTAPS];
 #pragma unroll
-  for (int s = 0; s < kStrips; ++s) {
+        for (int j = 0; j < NTAPS; ++j) {
+          tap_slots[j] = (g.off_h + kh * g.step_h + p.top) * kRowSlots + 8 + g.off_w + kw * g.step_w;
+          kw = kw + 1 == g.taps_w ? 0 : kw + 1;
+          kh = kw == 0 ? kh + 1 : kh;
+          const T* const blk = ws + ((t + j) * kP + my_column) * Cfg::kBlockElems;
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-      const int n = s * kN + nt * 8 + 2 * tq;
-      cs[n * Cfg::kLdC + m0] = acc[s][nt][0];
-      cs[(n + 1) * Cfg::kLdC + m0] = acc[s][nt][1];
-      cs[n * Cfg::kLdC + m0 + 8] = acc[s][nt][2];
-      cs[(n + 1) * Cfg::kLdC + m0 + 8] = acc[s][nt][3];
+          for (int ks = 0; ks < 2; ++ks) {
+            if (!my_block) {
+              a[j][ks][0] = a[j][ks][1] = a[j][ks][2] = a[j][ks][3] = 0u;
+            } else if constexpr (!TRANS) {
+              // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
+              ldsm_x4_t(a[j][ks], blk + (ks * 16 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
+            } else {
+              // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
+              ldsm_x4(a[j][ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + ks * 16 + (li >> 1) * 8);
+            }
+          }
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < NTAPS; ++j) {
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks) {
+#pragma unroll
+            for (int s = 0; s < kStrips; ++s) {
+              const uint64_t b = b_item + s * band_slots + tap_slots[j] + ks * 2 * p.plane_slots;
+              wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b);
+            }
+          }
+        }
+        wgmma_commit();
+      };
+      if (mine) issue_taps(0);
+      // The next item's loads (maybe the next unit's first) into the other slot, while the
+      // first taps' wgmmas run: its table row's latency hides behind them.
+      more = more && settle_loader();
+      if (more) {
+        const unsigned next_mask = issue_load(stage ^ 1);
+        if (stage) slot_mask[0] = next_mask; else slot_mask[1] = next_mask;
+      }
+      cp_async_commit();
+      wgmma_wait<0>();
+      if (mine) {
+        for (int t = TAPS_PER_WAIT; t < taps; t += TAPS_PER_WAIT) {
+          issue_taps(t);
+          wgmma_wait<0>();
+        }
+      }
+    }
+    // (A unit without items loads nothing: the loader skipped it, and the next item is
+    // already on its way, issued by the prologue or by the last item computed.)
+
+    // The epilogue, in the slot of the unit's last item (free once all are past this
+    // barrier; the next item loads into the other one): the tile as pixels x channels
+    // of T, accumulator row m (channel 64 wg + m) and column n of strip s to row
+    // s * kN + n, then 16-byte rows to y.
+    __syncthreads();
+    T* const cs = smem + ((seq + 1) & 1) * slot_elems;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int m0 = 64 * wg + 16 * (warp & 3) + gq;
+#pragma unroll
+    for (int s = 0; s < kStrips; ++s) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+        const int n = s * kN + nt * 8 + 2 * tq;
+        cs[n * Cfg::kLdS + m0] = from_float<T>(acc[s][nt][0]);
+        cs[(n + 1) * Cfg::kLdS + m0] = from_float<T>(acc[s][nt][1]);
+        cs[n * Cfg::kLdS + m0 + 8] = from_float<T>(acc[s][nt][2]);
+        cs[(n + 1) * Cfg::kLdS + m0 + 8] = from_float<T>(acc[s][nt][3]);
+      }
+    }
+    __syncthreads();
+    const int out_blocks = static_cast<int>(p.out_cols / BS);
+    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
+    T* const out_group = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + static_cast<int64_t>(q) * kP * BS;
+    constexpr int kVec = 8;
+    StripPos out_pos[kStrips];
+    strips_of(tile, out_pos);
+    const int chunks_per_pixel = num_cols * (BS / kVec);
+    for (int idx = tid; idx < 256 * chunks_per_pixel; idx += Cfg::kThreads) {
+      const int pixel = idx / chunks_per_pixel;
+      const int c = (idx - pixel * chunks_per_pixel) * kVec;
+      const int n = pixel % kN;
+      const StripPos pos = pick(out_pos, pixel / kN);
+      if (pos.image >= images) continue;
+      const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
+      *reinterpret_cast<uint4*>(out_group + row * p.out_cols + c) =
+          *reinterpret_cast<const uint4*>(cs + pixel * Cfg::kLdS + c);
     }
   }
-  __syncthreads();
-  // 16-byte stores: pixel, column, 8 channels.
-  constexpr int kVec = 8;
-  T* const out_group = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride +
-                       static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(p.num_groups)) * kP * BS;
-  const int chunks = 256 * cta.num_cols * (BS / kVec);
-  for (int idx = tid; idx < chunks; idx += Cfg::kThreads) {
-    const int pixel = idx / (cta.num_cols * (BS / kVec));
-    const int c = (idx % (cta.num_cols * (BS / kVec))) * kVec;
-    const int s = pixel / kN, n = pixel % kN;
-    int64_t image = 0;
-    int h0 = 0, x0 = 0;
-#pragma unroll
-    for (int q = 0; q < kStrips; ++q) {
-      image = q == s ? strip_image[q] : image;
-      h0 = q == s ? strip_h0[q] : h0;
-      x0 = q == s ? strip_x0[q] : x0;
-    }
-    if (image >= images) continue;
-    const int64_t row = (image * height + h0 + n / 8) * width + x0 + n % 8;
-    alignas(16) T packed[kVec];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) packed[e] = from_float<T>(cs[pixel * Cfg::kLdC + c + e]);
-    *reinterpret_cast<uint4*>(out_group + row * p.out_cols + c) = *reinterpret_cast<const uint4*>(packed);
-  }
+  cp_async_wait<0>();  // (nothing is pending: the loader stops with the last unit)
 }
 
 }  // namespace jbs

@@ -144,6 +144,7 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   a.transpose_w = transpose;
   a.precise = precision == 1;
   a.nnz = wd[1];
+  a.num_sms = num_sms();  // the persistent strip kernel's grid
   a.gathered = true;
   a.gather = gather;
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {

@@ -753,7 +753,8 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     const int64_t slots = strips * band_rows * 16 + 16;
     const int64_t smem = shape->strip_rows == 32 ? ConvStripConfig<T, 32>::smem_bytes(taps, static_cast<int>(slots))
                                                  : ConvStripConfig<T, 16>::smem_bytes(taps, static_cast<int>(slots));
-    if (copies > 8 * 256 || smem > ConvStripConfig<T, 32>::kOptInBytes) return false;
+    // The kernel keeps up to 8 halo copies per thread, packed with rows below 256.
+    if (copies > 8 * 256 || band_rows > 255 || smem > ConvStripConfig<T, 32>::kOptInBytes) return false;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     hp->top = top;
     hp->band_rows = static_cast<int>(band_rows);
@@ -780,9 +781,11 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, cudaStream_t stre
     ConvStripShape shape;
     static_cast<GroupParams&>(p) = group_params(a);
     if (!conv_strip_geometry<T, BS>(a, &p, &shape)) return cudaErrorNotSupported;  // use_conv_strip said yes
-    // A tile is 256 pixels, so there are as many tiles as 256-row tiles.
-    const int64_t tiles = (a.rows + 255) / 256;
-    const dim3 grid(static_cast<unsigned>(a.num_groups * tiles), static_cast<unsigned>(a.groups));
+    // A tile is 256 pixels, so there are as many tiles as 256-row tiles; persistent CTAs,
+    // one per SM, each walk units (tile, column group) blockIdx.x, + gridDim.x, ...
+    p.units = a.num_groups * ((a.rows + 255) / 256);
+    const int64_t ctas = p.units < a.num_sms ? p.units : a.num_sms;
+    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
     const int taps = static_cast<int>(a.gather.taps());
     auto launch = [&](auto r_c, auto tpw_c) {
       constexpr int R = decltype(r_c)::value;
