@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) reinterpret_cast<uint4*>(smem + s * slot_elems)[i] = make_uint4(0, 0, 0, 0);
   }
+  __syncthreads();  // the zeros before any copy into the same slots (racecheck found them racing)
 
   // This thread's halo copies, the same for every item but for the channel block:
   // copy idx = ((band * band_rows + y) * W + x) * planes + plane.
