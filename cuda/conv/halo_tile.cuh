@@ -30,6 +30,28 @@ __host__ __device__ __forceinline__ TapShift tap_shift(const RowGather& g, int t
   return s;
 }
 
+// How far the taps reach from a row's pixel: the least and greatest oh and ow over
+// the taps (host and device).
+struct TapReach {
+  int oh_min, oh_max, ow_min, ow_max;
+  int above() const { return oh_min < 0 ? -oh_min : 0; }  // rows above the pixel's
+  int below() const { return oh_max > 0 ? oh_max : 0; }   // rows below
+  int left() const { return ow_min < 0 ? -ow_min : 0; }   // pixels to its left
+  int right() const { return ow_max > 0 ? ow_max : 0; }   // pixels to its right
+};
+
+inline TapReach tap_reach(const RowGather& g) {
+  TapReach r{0, 0, 0, 0};
+  for (int t = 0; t < g.taps_h * g.taps_w; ++t) {
+    const TapShift s = tap_shift(g, t);
+    r.oh_min = t == 0 || s.oh < r.oh_min ? s.oh : r.oh_min;
+    r.oh_max = t == 0 || s.oh > r.oh_max ? s.oh : r.oh_max;
+    r.ow_min = t == 0 || s.ow < r.ow_min ? s.ow : r.ow_min;
+    r.ow_max = t == 0 || s.ow > r.ow_max ? s.ow : r.ow_max;
+  }
+  return r;
+}
+
 // Whether the halo kernels can serve geometry g: stride 1, row space = source, and
 // |delta| < 2^30 (exact in 32-bit ints); *lo / *hi get min / max delta over the taps.
 inline bool halo_geometry(const RowGather& g, int64_t* lo, int64_t* hi) {

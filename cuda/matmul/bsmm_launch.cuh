@@ -578,6 +578,17 @@ void set_halo_fields(HaloParams* hp, int64_t nnz, int taps, int64_t lo, int64_t 
   hp->halo_rows = static_cast<int>(tile_rows + hi - lo);
 }
 
+// What each halo fwd / dx kernel needs (the halo, ss and strip kernels): a stride-1
+// conv whose output has its input's size (halo_geometry: *lo / *hi its least and
+// greatest row shift), and the conv's column-group tables, groups of 128 / BS columns
+// whose union items are taps x channel blocks.
+template <int BS>
+bool halo_tables_usable(const BsmmBlocksArgs& a, int64_t* lo, int64_t* hi) {
+  const int64_t taps = a.gather.taps();
+  return a.gathered && halo_geometry(a.gather, lo, hi) && a.group_items != nullptr && a.group_width == 128 / BS &&
+         a.num_group_items > 0 && a.num_group_items % taps == 0 && a.nnz % taps == 0;
+}
+
 // Fills the kernel's geometry fields; false where the kernel cannot run.
 template <typename T, int BS>
 bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
@@ -586,9 +597,8 @@ bool conv_halo_geometry(const BsmmBlocksArgs& a, ConvHaloParams* hp) {
     const RowGather& g = a.gather;
     const int taps = g.taps_h * g.taps_w;
     int64_t lo = 0, hi = 0;
-    if (!a.gathered || !halo_geometry(g, &lo, &hi) || a.group_items == nullptr || a.group_width != 128 / BS ||
-        a.num_group_items <= 0 || a.num_group_items % taps != 0 || a.nnz % taps != 0 ||
-        Cfg::smem_bytes(taps) > Cfg::kOptInBytes || Cfg::kTN + hi - lo > Cfg::kHaloRows) {
+    if (!halo_tables_usable<BS>(a, &lo, &hi) || Cfg::smem_bytes(taps) > Cfg::kOptInBytes ||
+        Cfg::kTN + hi - lo > Cfg::kHaloRows) {
       return false;
     }
     set_halo_fields(hp, a.nnz, taps, lo, hi, Cfg::kTN);
@@ -643,28 +653,18 @@ bool conv_halo_ss_geometry(const BsmmBlocksArgs& a, ConvHaloSsParams* hp) {
     const RowGather& g = a.gather;
     const int taps = g.taps_h * g.taps_w;
     int64_t lo = 0, hi = 0;
-    if (!a.gathered || !halo_geometry(g, &lo, &hi) || a.group_items == nullptr || a.group_width != 128 / BS ||
-        a.num_group_items <= 0 || a.num_group_items % taps != 0 || a.nnz % taps != 0) {
-      return false;
-    }
+    if (!halo_tables_usable<BS>(a, &lo, &hi)) return false;
     const int width = g.rows_w, height = g.rows_h;
     const int tile_image_rows = Cfg::kTN / ((width == 8 || width == 16 || width == 32) ? width : 1);
     if (tile_image_rows == Cfg::kTN || height % 8 != 0 ||
         (height % tile_image_rows != 0 && tile_image_rows % height != 0)) {
       return false;
     }
-    int oh_min = 0, oh_max = 0, ow_min = 0, ow_max = 0;
-    for (int t = 0; t < taps; ++t) {
-      const TapShift s = tap_shift(g, t);
-      oh_min = t == 0 || s.oh < oh_min ? s.oh : oh_min;
-      oh_max = t == 0 || s.oh > oh_max ? s.oh : oh_max;
-      ow_min = t == 0 || s.ow < ow_min ? s.ow : ow_min;
-      ow_max = t == 0 || s.ow > ow_max ? s.ow : ow_max;
-    }
-    if (ow_min < -Cfg::kPad || ow_max > Cfg::kPad) return false;
+    const TapReach reach = tap_reach(g);
+    if (reach.ow_min < -Cfg::kPad || reach.ow_max > Cfg::kPad) return false;
     const int image_rows = tile_image_rows < height ? tile_image_rows : height;
-    const int top = oh_min < 0 ? -oh_min : 0;
-    const int64_t band_rows = int64_t{image_rows} + top + (oh_max > 0 ? oh_max : 0);
+    const int top = reach.above();
+    const int64_t band_rows = int64_t{image_rows} + top + reach.below();
     const int64_t bands = tile_image_rows / image_rows;
     const int64_t copies = bands * band_rows * width * Cfg::kPlanes;
     const int64_t slots = (bands * band_rows * (width + Cfg::kPad) + Cfg::kPad + 7) / 8 * 8;
@@ -728,26 +728,16 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     const RowGather& g = a.gather;
     const int taps = g.taps_h * g.taps_w;
     int64_t lo = 0, hi = 0;
-    if (!a.gathered || !halo_geometry(g, &lo, &hi) || a.group_items == nullptr || a.group_width != 128 / BS ||
-        a.num_group_items <= 0 || a.num_group_items % taps != 0 || a.nnz % taps != 0) {
-      return false;
-    }
+    if (!halo_tables_usable<BS>(a, &lo, &hi)) return false;
     const int width = g.rows_w, height = g.rows_h;
     shape->strip_rows = height % 32 == 0 ? 32 : height == 16 ? 16 : 0;
     shape->taps_per_wait = taps % 3 == 0 ? 3 : taps % 2 == 0 ? 2 : 0;
     if (width % 8 != 0 || shape->strip_rows == 0 || shape->taps_per_wait == 0) return false;
-    int oh_min = 0, oh_max = 0, ow_min = 0, ow_max = 0;
-    for (int t = 0; t < taps; ++t) {
-      const TapShift s = tap_shift(g, t);
-      oh_min = t == 0 || s.oh < oh_min ? s.oh : oh_min;
-      oh_max = t == 0 || s.oh > oh_max ? s.oh : oh_max;
-      ow_min = t == 0 || s.ow < ow_min ? s.ow : ow_min;
-      ow_max = t == 0 || s.ow > ow_max ? s.ow : ow_max;
-    }
-    const int left = ow_min < 0 ? -ow_min : 0, right = ow_max > 0 ? ow_max : 0;
-    if (left + right > 8 || ow_max < -8 || ow_min > 8) return false;
-    const int top = oh_min < 0 ? -oh_min : 0;
-    const int64_t band_rows = int64_t{shape->strip_rows} + top + (oh_max > 0 ? oh_max : 0);
+    const TapReach reach = tap_reach(g);
+    const int left = reach.left(), right = reach.right();
+    if (left + right > 8 || reach.ow_max < -8 || reach.ow_min > 8) return false;
+    const int top = reach.above();
+    const int64_t band_rows = int64_t{shape->strip_rows} + top + reach.below();
     const int64_t strips = 32 / shape->strip_rows;
     const int64_t copies = strips * band_rows * (8 + left + right) * (BS / 8);
     const int64_t slots = strips * band_rows * 16 + 16;
