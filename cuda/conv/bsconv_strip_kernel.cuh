@@ -16,8 +16,9 @@
 // of a warpgroup's two columns has a block, half its MMA multiplies zeros.
 //
 // The N side: a wgmma's B core matrices must lie at one stride, so the pixels
-// of an MMA form a strip 8 pixels wide and R = min(H, 32) rows tall, core matrix
-// j being image row j of the strip; a tile is 32 / R such strips (256 pixels).
+// of an MMA form a strip 8 pixels wide and R = 32 rows tall (16 on 16-row
+// images), core matrix j being image row j of the strip; a tile is 32 / R such
+// strips (256 pixels).
 // The halo holds, per strip, rows -top .. R + bottom of 16-byte slots in
 // channel planes (as the ss kernel's), each row 16 slots: pixels x0 - 8 .. x0 + 7
 // at 0 .. 15, so a strip row's left neighbours (up to `left`) sit below its 8
@@ -45,7 +46,7 @@
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
 #include "conv/tap_blocks.cuh"           // read_union_row, present_columns
-#include "matmul/bsmm_group_kernel.cuh"  // GroupParams, GroupCta
+#include "matmul/bsmm_group_kernel.cuh"  // GroupParams
 
 namespace jbs {
 
@@ -85,7 +86,7 @@ struct ConvStripConfig {
   }
 };
 
-// TAPS_PER_WAIT (3 or 2) divides the taps (see run_taps).
+// TAPS_PER_WAIT (3 or 2) divides the taps (see issue_taps).
 template <typename T, int R, int TAPS_PER_WAIT, bool TRANS>
 __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripParams p) {
   using Cfg = ConvStripConfig<T, R>;
