@@ -206,15 +206,57 @@ def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dty
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-def test_conv_strip_kernel_walks_many_units(rng, dtype):
-    """The strip kernel's persistent CTAs (one per SM) each walk several (tile, column group)
-    units, loading a unit's first item during the previous unit's last: 80 tiles x 3 groups =
-    240 units. The middle group has no blocks at all (its units have no items, their output
-    is zeros) and one row of the layout is empty."""
-    layout = heavy_column_layout(rng, 4, 12, density=0.5)
-    layout[:, 4:8] = False
-    conv = jbs.BlockSparseConv(layout, 32, (3, 3))
-    check_three_ops(rng, conv, (40, 32, 16, 4 * 32), dtype)
+@pytest.mark.parametrize("bs,env,images", [
+    (32, {}, (40, 32, 16)),                         # strip kernel: 80 tiles x 3 groups
+    (32, {"JBS_CONV_STRIP": "0"}, (40, 32, 16)),    # ss kernel, one band per tile
+    (32, {"JBS_CONV_STRIP": "0"}, (200, 8, 8)),     # ss kernel, 4 images (bands) per tile
+    (16, {}, (40, 32, 16)),                         # ss kernel, one 128-wide MMA per square
+    (16, {}, (200, 8, 8)),
+])
+def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, env, images):
+    """The strip and ss kernels' persistent CTAs (one per SM) each walk several (tile, column
+    group) units, loading a unit's first item during the previous unit's last: 150 to 240
+    units. The middle group has no blocks at all (its units have no items, their output is
+    zeros) and one row of the layout is empty."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    group = 128 // bs
+    layout = heavy_column_layout(rng, 4, 3 * group, density=0.5)
+    layout[:, group:2 * group] = False
+    conv = jbs.BlockSparseConv(layout, bs, (3, 3))
+    check_three_ops(rng, conv, images + (4 * bs,), dtype)
+
+
+@pytest.mark.parametrize("kernel_size,padding,dilation", HALO_GEOMETRIES[:4])  # 9, 6, 4 and 9 taps
+@pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (32, jnp.float16), (16, jnp.bfloat16)])
+@pytest.mark.parametrize("images", [(5, 8, 8), (1, 8, 32), (2, 16, 32), (40, 32, 16)])
+def test_conv_row_group_dw_kernel(rng, kernel_size, padding, dilation, bs, dtype, images):
+    """The row group dw kernel (conv/bsconv_row_group_dw_kernel.cuh: 64 / bs blocks of one block
+    row on an MMA's M, the taps as offsets into the band halo) against float64: images 8, 16 and
+    32 wide (tiles of several images, of part of one, partly past the batch), one tile (one row
+    split, dw written directly) and many (several splits), groups cut short by the end of their
+    row, a heavy column, an empty row and column."""
+    cols = 6 if bs == 32 else 11
+    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 5, cols, density=0.5), bs, kernel_size, 1, padding,
+                               dilation)
+    check_three_ops(rng, conv, images + (5 * bs,), dtype)
+
+
+@pytest.mark.parametrize("bs,env,expected", [(32, {}, "bsconv_row_group_dw_kernel"),
+                                             (16, {}, "bsconv_row_group_dw_kernel"),
+                                             (32, {"JBS_CONV_ROW_GROUP_DW": "0"}, "bsconv_halo_dw_kernel")])
+def test_conv_row_group_dw_kernel_is_the_one_that_runs(rng, monkeypatch, bs, env, expected):
+    """A 3x3 conv's weight gradient runs the row group dw kernel by default at bs 32 and 16; the
+    switch hands it to the halo dw kernel. (Each agrees with float64 in its own tests.)"""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 6, 4), bs, (3, 3))
+    x = random_array(rng, (4, 32, 32, 6 * bs), jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    g = random_array(rng, x.shape[:3] + (4 * bs,), jnp.bfloat16)
+    dw = jax.jit(lambda x, w, g: jax.vjp(conv, x, w)[1](g)[1])  # a new function: no cached executable
+    names = {name for name in kernel_names(dw, x, w, g) if "bsconv_" in name and "_dw_" in name}
+    assert names and all(expected in name for name in names), names
 
 
 @pytest.mark.parametrize("bs,env,expected", [

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import jbs
 from jbs._src.tables import build_conv_tables, build_tables
-from helpers import awkward_layout, dense_f64, f64, random_array, rel_error
+from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error
 
 
 def test_random_density_and_seed():
@@ -67,6 +67,31 @@ def test_tables_describe_the_layout(rng):
         np.testing.assert_array_equal(cols[items[:, 0]], items[:, 1])
         assert (rows[items[:, 0]] == r).all()
     np.testing.assert_array_equal(t.dw_items, np.stack([rows, cols], 1))
+
+
+@pytest.mark.parametrize("density", [1.0, 0.4, 0.1])
+@pytest.mark.parametrize("width", [4, 8])  # bs 32 and 16: groups of 2 and 4 blocks
+def test_dw_row_groups_hold_blocks_of_one_row(rng, density, width):
+    """The conv row group dw kernel's groups: every block exactly once, in order, width / 2 at a
+    time within its block row (a row's last group filled with -1), and for the convolution tap
+    0's groups first, each tap's groups tap 0's shifted by whole taps."""
+    layout = heavy_column_layout(rng, 9, 11, density=density)
+    rows, _ = np.nonzero(layout)
+    groups = build_tables(layout, width).dw_row_groups
+    assert groups.shape[1] == width // 2
+    assert [int(b) for b in groups.ravel() if b >= 0] == list(range(rows.size))
+    for group in groups:
+        members = group[group >= 0]
+        assert len(members) and (rows[members] == rows[members[0]]).all()
+        np.testing.assert_array_equal(members, members[0] + np.arange(len(members)))
+        if len(members) < len(group):  # cut short only by the end of its row
+            assert (group[len(members):] == -1).all()
+            assert members[-1] + 1 == rows.size or rows[members[-1] + 1] != rows[members[0]]
+    conv = build_conv_tables(layout, 6, width).dw_row_groups
+    assert conv.shape == (6 * len(groups), width // 2)
+    for tap in range(6):
+        shifted = np.where(groups >= 0, groups + tap * rows.size, -1)
+        np.testing.assert_array_equal(conv[tap * len(groups):(tap + 1) * len(groups)], shifted)
 
 
 @pytest.mark.parametrize("width", [1, 2, 4, 8])

@@ -308,33 +308,43 @@ def test_small_n_scratch_of_the_even_split_group_kernel(monkeypatch, setting, it
     assert size == expected
 
 
-@pytest.mark.parametrize("kernel,strides,padding,dilation,dtype,block_size,setting,halo", [
-    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "", True),
-    ((2, 3), 1, ((1, 0), (1, 1)), 1, jnp.float16, 16, "", True),  # PixelCNN++'s down-shifted conv
-    ((3, 3), 1, "SAME", 2, jnp.bfloat16, 16, "", True),
-    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "0", False),            # JBS_CONV_HALO=0
-    ((1, 1), 1, "SAME", 1, jnp.bfloat16, 32, "", False),             # nothing to share
-    ((1, 1), 1, "SAME", 1, jnp.bfloat16, 32, "1", True),             # ... unless forced
-    ((3, 3), 1, "SAME", 1, jnp.float32, 32, "", False),              # 16-bit only
-    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 64, "", False),             # bs 16 and 32 only
-    ((3, 3), 2, "SAME", 1, jnp.bfloat16, 32, "", False),             # stride 1 only
-    ((3, 3), 1, "VALID", 1, jnp.bfloat16, 32, "", False),            # output smaller than input
-    ((5, 5), 1, "SAME", 1, jnp.bfloat16, 32, "", False),             # 25 taps: past 9 accumulators
+@pytest.mark.parametrize("kernel,strides,padding,dilation,dtype,block_size,setting,row_group,halo", [
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "", True, True),
+    ((2, 3), 1, ((1, 0), (1, 1)), 1, jnp.float16, 16, "", True, True),  # PixelCNN++'s down-shifted conv
+    ((3, 3), 1, "SAME", 2, jnp.bfloat16, 16, "", True, True),
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "no-row-groups", False, True),  # JBS_CONV_ROW_GROUP_DW=0
+    ((1, 3), 1, ((0, 0), (2, 0)), 1, jnp.bfloat16, 32, "", False, True),  # 3 taps: not 4, 6 or 9
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 32, "0", False, False),            # JBS_CONV_HALO=0
+    ((1, 1), 1, "SAME", 1, jnp.bfloat16, 32, "", False, False),             # nothing to share
+    ((1, 1), 1, "SAME", 1, jnp.bfloat16, 32, "1", False, True),             # ... unless forced
+    ((3, 3), 1, "SAME", 1, jnp.float32, 32, "", False, False),              # 16-bit only
+    ((3, 3), 1, "SAME", 1, jnp.bfloat16, 64, "", False, False),             # bs 16 and 32 only
+    ((3, 3), 2, "SAME", 1, jnp.bfloat16, 32, "", False, False),             # stride 1 only
+    ((3, 3), 1, "VALID", 1, jnp.bfloat16, 32, "", False, False),            # output smaller than input
+    ((5, 5), 1, "SAME", 1, jnp.bfloat16, 32, "", False, False),             # 25 taps: past 9 accumulators
 ])
 def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kernel, strides, padding, dilation,
-                                                             dtype, block_size, setting, halo):
-    """The halo dw kernel's CTAs each own a layout block for every tap, so the lowering splits the
-    rows for nnz / taps CTAs (not nnz) where C++ will take that kernel (bsmm_launch.cuh
-    use_conv_halo_dw), and as before elsewhere."""
+                                                             dtype, block_size, setting, row_group, halo):
+    """The row group dw kernel's CTAs each own a row group of layout blocks for every tap, and the
+    halo dw kernel's a layout block, so the lowering splits the rows for those CTAs where C++
+    will take those kernels (bsmm_launch.cuh: use_conv_row_group_dw, use_conv_halo_dw), and for
+    nnz CTAs elsewhere."""
+    if setting == "no-row-groups":
+        monkeypatch.setenv("JBS_CONV_ROW_GROUP_DW", "0")
+        setting = ""
     monkeypatch.setenv("JBS_CONV_HALO", setting)
     conv = jbs.BlockSparseConv(np.ones((2, 2), bool), block_size, kernel, strides, padding, dilation)
     x = jax.ShapeDtypeStruct((64, 32, 32, 2 * block_size), dtype)
     pads, out_hw = conv._pads_and_output((32, 32))
     geometry = ConvGeometry.convolution(conv.kernel_size, (32, 32), out_hw, conv.strides, conv.dilation,
                                         tuple(lo for lo, _ in pads))
+    assert lowering._conv_row_group_dw(geometry, dtype, block_size) is row_group
     assert lowering._conv_halo_dw(geometry, dtype, block_size) is halo
     taps = kernel[0] * kernel[1]
-    expected = lowering._dw_row_splits(64 * 32 * 32, 4 if halo else 4 * taps)  # 4 layout blocks
+    if row_group:  # 4 layout blocks, 2 per row: one group per row at bs 32 and 16
+        expected = lowering._row_group_dw_splits(64 * 32 * 32 // 256, 2)
+    else:
+        expected = lowering._dw_row_splits(64 * 32 * 32, 4 if halo else 4 * taps)
 
     def lower():
         grad = jax.jit(jax.grad(lambda x, w: jnp.sum(conv(x, w).astype(jnp.float32)), argnums=1))

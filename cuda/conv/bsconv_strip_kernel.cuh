@@ -46,6 +46,7 @@
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
 #include "conv/tap_blocks.cuh"           // read_union_row, present_columns
+#include "conv/unit_cursor.cuh"
 #include "matmul/bsmm_group_kernel.cuh"  // GroupParams
 
 namespace jbs {
@@ -139,32 +140,10 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
     for (int q = 1; q < kStrips; ++q) r = q == s ? pos[q] : r;
     return r;
   };
-  // Unit u is column group q of tile u / num_groups, with q = (u + tile) % num_groups:
-  // the groups of a tile run side by side (one HBM read of its pixels), and a CTA's
-  // units (u, u + gridDim.x, ...) cycle through the groups. With q = u % num_groups a
-  // CTA met the same group every time (gridDim.x = 132, a multiple of 3 groups), and the
-  // CTAs of the narrow last group idled: 1.58x slower at density 1/8, 1.08x at 1/2
-  // (3x3, 320 channels; benchmarks/NOTES.md, session 15).
-  auto group_of = [&](int64_t unit) {
-    return static_cast<int>((unit + unit / p.num_groups) % p.num_groups);
-  };
-  auto items_of = [&](int64_t unit, const int32_t** rows_of) {
-    const int q = group_of(unit);
-    const int beg = __ldg(p.group_offsets + q), end = __ldg(p.group_offsets + q + 1);
-    *rows_of = p.group_items + static_cast<int64_t>(beg) * (1 + kP);
-    return (end - beg) / taps;  // tap 0's union items: the group's channel blocks
-  };
-
-  // The loader: the next item to load (item load_item of unit load_unit; the CTA's
-  // units are blockIdx.x, + gridDim.x, ...).
-  int64_t load_unit = blockIdx.x;
-  int load_item = 0, load_items = 0;
-  const int32_t* load_rows = nullptr;
+  // The loader's cursor (conv/unit_cursor.cuh) and the strips of its unit's tile.
+  UnitCursor<kP> cursor(p, taps, p.units);
   StripPos load_pos[kStrips];
-  auto set_load_unit = [&]() {
-    load_items = items_of(load_unit, &load_rows);
-    strips_of(load_unit / p.num_groups, load_pos);
-  };
+  auto on_unit = [&](int64_t tile) { strips_of(tile, load_pos); };
   // This thread's halo copies, the same for every item but for the tile and the channel
   // block: idx = tid + k * 256 = ((strip * band_rows + y) * span + dx) * planes + plane,
   // span = left + 8 + right, packed as plane | dx << 2 | y << 7 | strip << 15 (-1: none).
@@ -183,20 +162,10 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
                                        : -1;
     }
   }
-  // Moves the cursor past units without items; false once the CTA's units are done.
-  auto settle_loader = [&]() {
-    while (load_item >= load_items) {
-      load_unit += gridDim.x;
-      load_item = 0;
-      if (load_unit >= p.units) return false;
-      set_load_unit();
-    }
-    return true;
-  };
   // Issues the cursor's item into ring slot `stage` and returns its present columns.
   auto issue_load = [&](int stage) {
     int row[1 + kP];
-    read_union_row<kP>(load_rows, load_item, row);
+    cursor.row(row);
     T* const slot = smem + stage * slot_elems;
     // The halo (copy_of). Every slot of the span is written for every item (zero-filled
     // outside the image), so a slot never keeps another tile's pixels.
@@ -233,7 +202,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
         }
       }
     }
-    ++load_item;
+    ++cursor.item;
     return mask;
   };
 
@@ -246,8 +215,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   // Ring slot i & 1 holds the CTA's i-th item (counted over all its units);
   // slot_mask[s] its present columns.
   unsigned slot_mask[Cfg::kStages] = {0u, 0u};
-  set_load_unit();
-  bool more = settle_loader();
+  bool more = cursor.start(on_unit);
   if (more) slot_mask[0] = issue_load(0);
   cp_async_commit();
 
@@ -272,9 +240,8 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
       for (int nt = 0; nt < kN / 8; ++nt) acc[s][nt][0] = acc[s][nt][1] = acc[s][nt][2] = acc[s][nt][3] = 0.f;
     }
     const int64_t tile = unit / p.num_groups;
-    const int q = group_of(unit);
-    const int32_t* unused_rows;
-    const int items = items_of(unit, &unused_rows);
+    const int q = cursor.group_of(unit);
+    const int items = cursor.num_items(unit);
     for (int i = 0; i < items; ++i, ++seq) {
       const int stage = static_cast<int>(seq & 1);
       cp_async_wait<0>();
@@ -332,7 +299,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
       if (mine) issue_taps(0);
       // The next item's loads (maybe the next unit's first) into the other slot, while the
       // first taps' wgmmas run: its table row's latency hides behind them.
-      more = more && settle_loader();
+      more = more && cursor.settle(on_unit);
       if (more) {
         const unsigned next_mask = issue_load(stage ^ 1);
         if (stage) slot_mask[0] = next_mask; else slot_mask[1] = next_mask;

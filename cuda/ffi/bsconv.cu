@@ -144,7 +144,7 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   a.transpose_w = transpose;
   a.precise = precision == 1;
   a.nnz = wd[1];
-  a.num_sms = num_sms();  // the persistent strip kernel's grid
+  a.num_sms = num_sms();  // the persistent strip and ss kernels' grids
   a.gathered = true;
   a.gather = gather;
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
@@ -172,7 +172,7 @@ ffi::Error BsconvDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w
 }
 
 ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
-                        ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dw_result,
+                        ffi::AnyBuffer items, ffi::AnyBuffer row_groups, ffi::Result<ffi::AnyBuffer> dw_result,
                         ffi::Result<ffi::AnyBuffer> scratch_result, int32_t block_size,
                         int32_t precision, ffi::Span<const int32_t> geometry, int32_t row_splits) {
   const char* target = "jbs_bsconv_dw";
@@ -184,6 +184,7 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
   JBS_RETURN_IF_ERROR(check_data(target, "operand x", x, dt, 3, "(G or 1, images * H * W, C)"));
   JBS_RETURN_IF_ERROR(check_data(target, "operand dy", dy, dt, 3, "(G or 1, images * Ho * Wo, K)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(taps * nnz, 2)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand row_groups", row_groups, 2, "(taps * groups, 64 / bs)"));
   JBS_RETURN_IF_ERROR(check_data(target, "result dw", dw, dt, 4, "(G, taps * nnz, bs, bs)"));
   const int64_t bs = block_size;
   const auto xd = x.dimensions();
@@ -241,6 +242,14 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
   a.gather = gather;
   a.row_splits = row_splits;
   a.partials = row_splits > 1 ? static_cast<float*>(scratch.untyped_data()) : nullptr;
+  // Tap 0's row groups come first: every tap's rows group alike (the stacked layout's
+  // tables). The kernel checks the group size against its block size.
+  const int64_t taps = gather.taps();
+  if (row_groups.dimensions()[0] % taps == 0) {
+    a.row_groups = static_cast<const int32_t*>(row_groups.untyped_data());
+    a.num_row_groups = row_groups.dimensions()[0] / taps;
+    a.row_group_size = row_groups.dimensions()[1];
+  }
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_bsmm_dw<T>(a, stream);
@@ -276,6 +285,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsconvDw, jbs::BsconvDwImpl,
                                   .Arg<ffi::AnyBuffer>()  // x (G|1, images * H * W, C)
                                   .Arg<ffi::AnyBuffer>()  // dy (G|1, images * Ho * Wo, K)
                                   .Arg<ffi::AnyBuffer>()  // dw_items int32 (taps * nnz, 2)
+                                  .Arg<ffi::AnyBuffer>()  // dw_row_groups int32 (taps * groups, 64 / bs)
                                   .Ret<ffi::AnyBuffer>()  // dw (G, taps * nnz, bs, bs)
                                   .Ret<ffi::AnyBuffer>()  // scratch float32 (row-split partials)
                                   .Attr<int32_t>("block_size")

@@ -89,6 +89,12 @@ struct BsmmDwArgs {
   // groups * row_splits * nnz * bs * bs), see bsmm_dw_kernel.cuh. Large-N path only.
   int row_splits = 1;
   float* partials = nullptr;
+  // Convolution: tap 0's blocks in groups of 64 / bs within their block rows (-1 past a
+  // row's end; jbs/_src/tables.py: dw_row_groups), for the row group dw kernel
+  // (conv/bsconv_row_group_dw_kernel.cuh).
+  const int32_t* row_groups = nullptr;
+  int64_t num_row_groups = 0;
+  int64_t row_group_size = 0;
 };
 
 // T is float, __nv_bfloat16 or __half; explicit instantiations live in

@@ -12,6 +12,7 @@
 #include "conv/bsconv_halo_dw_kernel.cuh"
 #include "conv/bsconv_halo_kernel.cuh"
 #include "conv/bsconv_halo_ss_kernel.cuh"
+#include "conv/bsconv_row_group_dw_kernel.cuh"
 #include "conv/bsconv_strip_kernel.cuh"
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
@@ -646,38 +647,47 @@ cudaError_t launch_conv_halo_variant(const BsmmBlocksArgs& a, cudaStream_t strea
 // the halo within its copies. JBS_CONV_HALO_SS=0 keeps the halo kernel there.
 inline int conv_halo_ss_env() { return env_switch("JBS_CONV_HALO_SS"); }
 
+// The band halo (conv/band_halo.cuh) of a stride-1 conv whose output has its input's
+// size (halo_geometry), on images 8, 16 or 32 pixels wide and a multiple of 8 high, with
+// a tile's image rows dividing the height (or whole images per tile), column shifts of
+// at most 8 and a thread's copies (256 threads) within kBandMaxCopies. false otherwise.
+inline bool band_halo_shape(const RowGather& g, int planes, BandHaloShape* s) {
+  int64_t lo = 0, hi = 0;
+  if (!halo_geometry(g, &lo, &hi)) return false;
+  const int width = g.rows_w, height = g.rows_h;
+  const int tile_image_rows = 256 / ((width == 8 || width == 16 || width == 32) ? width : 1);
+  if (tile_image_rows == 256 || height % 8 != 0 ||
+      (height % tile_image_rows != 0 && tile_image_rows % height != 0)) {
+    return false;
+  }
+  const TapReach reach = tap_reach(g);
+  if (reach.ow_min < -kBandPad || reach.ow_max > kBandPad) return false;
+  const int image_rows = tile_image_rows < height ? tile_image_rows : height;
+  const int top = reach.above();
+  const int64_t band_rows = int64_t{image_rows} + top + reach.below();
+  const int64_t bands = tile_image_rows / image_rows;
+  const int64_t copies = bands * band_rows * width * planes;
+  // The copies are packed with band rows below 256.
+  if (copies > int64_t{kBandMaxCopies} * 256 || band_rows > 255) return false;
+  s->top = top;
+  s->band_rows = static_cast<int>(band_rows);
+  s->image_rows = image_rows;
+  s->plane_slots = static_cast<int>((bands * band_rows * (width + kBandPad) + kBandPad + 7) / 8 * 8);
+  s->halo_copies = static_cast<int>(copies);
+  return true;
+}
+
 template <typename T, int BS>
 bool conv_halo_ss_geometry(const BsmmBlocksArgs& a, ConvHaloSsParams* hp) {
   if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
     using Cfg = ConvHaloSsConfig<T, BS>;
-    const RowGather& g = a.gather;
-    const int taps = g.taps_h * g.taps_w;
+    const int taps = static_cast<int>(a.gather.taps());
     int64_t lo = 0, hi = 0;
-    if (!halo_tables_usable<BS>(a, &lo, &hi)) return false;
-    const int width = g.rows_w, height = g.rows_h;
-    const int tile_image_rows = Cfg::kTN / ((width == 8 || width == 16 || width == 32) ? width : 1);
-    if (tile_image_rows == Cfg::kTN || height % 8 != 0 ||
-        (height % tile_image_rows != 0 && tile_image_rows % height != 0)) {
-      return false;
-    }
-    const TapReach reach = tap_reach(g);
-    if (reach.ow_min < -Cfg::kPad || reach.ow_max > Cfg::kPad) return false;
-    const int image_rows = tile_image_rows < height ? tile_image_rows : height;
-    const int top = reach.above();
-    const int64_t band_rows = int64_t{image_rows} + top + reach.below();
-    const int64_t bands = tile_image_rows / image_rows;
-    const int64_t copies = bands * band_rows * width * Cfg::kPlanes;
-    const int64_t slots = (bands * band_rows * (width + Cfg::kPad) + Cfg::kPad + 7) / 8 * 8;
-    if (copies > int64_t{Cfg::kMaxCopiesPerThread} * Cfg::kThreads ||
-        Cfg::smem_bytes(taps, static_cast<int>(slots)) > Cfg::kOptInBytes) {
+    if (!halo_tables_usable<BS>(a, &lo, &hi) || !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band) ||
+        Cfg::smem_bytes(taps, hp->band.plane_slots) > Cfg::kOptInBytes) {
       return false;
     }
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
-    hp->top = top;
-    hp->band_rows = static_cast<int>(band_rows);
-    hp->image_rows = image_rows;
-    hp->plane_slots = static_cast<int>(slots);
-    hp->halo_copies = static_cast<int>(copies);
     return true;
   }
   return false;
@@ -696,15 +706,18 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
     ConvHaloSsParams p;
     static_cast<GroupParams&>(p) = group_params(a);
     if (!conv_halo_ss_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_conv_halo_ss said yes
-    const int64_t row_tiles = (a.rows + Cfg::kTN - 1) / Cfg::kTN;
-    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    // Persistent CTAs, one per SM, each walk units (row tile, column group) blockIdx.x,
+    // + gridDim.x, ...
+    p.units = a.num_groups * ((a.rows + Cfg::kTN - 1) / Cfg::kTN);
+    const int64_t ctas = p.units < a.num_sms ? p.units : a.num_sms;
+    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
     const auto kernel = bsconv_halo_ss_kernel<T, BS, TRANS>;
     // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
     const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
     if (err != cudaSuccess) return err;
     const int taps = static_cast<int>(a.gather.taps());
-    return launch_kernel(kernel, grid, dim3(Cfg::kThreads), static_cast<size_t>(Cfg::smem_bytes(taps, p.plane_slots)),
-                         stream, p);
+    return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
+                         static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots)), stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_conv_halo_ss() is false for these
   }
@@ -961,6 +974,71 @@ cudaError_t launch_conv_halo_dw_variant(const BsmmDwArgs& a, cudaStream_t stream
   }
 }
 
+// The conv row group dw kernel (conv/bsconv_row_group_dw_kernel.cuh) serves the
+// halo dw kernel's bs 16 and 32, 16-bit convs whose band halo fits (band_halo_shape:
+// images 8, 16 or 32 pixels wide) with 4, 6 or 9 taps (its accumulators, a template
+// parameter), given the row groups table. JBS_CONV_ROW_GROUP_DW=0 leaves them to the
+// halo dw kernel. The lowering sizes its row splits by the same rule
+// (jbs/_src/lowering.py: _conv_row_group_dw).
+inline int conv_row_group_dw_env() { return env_switch("JBS_CONV_ROW_GROUP_DW"); }
+
+template <typename T, int BS>
+bool conv_row_group_dw_geometry(const BsmmDwArgs& a, ConvRowGroupDwParams* hp) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvRowGroupDwConfig<T, BS>;
+    const int64_t taps = a.gather.taps();
+    if (!a.gathered || a.row_groups == nullptr || a.row_group_size != Cfg::kGroup || a.num_row_groups <= 0 ||
+        (taps != 4 && taps != 6 && taps != 9) || a.nnz % taps != 0 || a.num_row_groups > a.nnz / taps ||
+        !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band) ||
+        Cfg::smem_bytes(static_cast<int>(taps), hp->band.plane_slots) > Cfg::kOptInBytes) {
+      return false;
+    }
+    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
+    hp->row_groups = a.row_groups;
+    return true;
+  }
+  return false;
+}
+
+template <typename T, int BS>
+bool use_conv_row_group_dw(const BsmmDwArgs& a) {
+#ifdef JBS_HAVE_SM90A
+  ConvRowGroupDwParams unused;
+  return conv_row_group_dw_env() != 0 && conv_halo_env() != 0 && device_is_sm90() &&
+         conv_row_group_dw_geometry<T, BS>(a, &unused);
+#else
+  return false;
+#endif
+}
+
+template <typename T, int BS>
+cudaError_t launch_conv_row_group_dw_variant(const BsmmDwArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = ConvRowGroupDwConfig<T, BS>;
+    ConvRowGroupDwParams p;
+    fill_dw_params(p, a);
+    if (!conv_row_group_dw_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_conv_row_group_dw said yes
+    const dim3 grid(static_cast<unsigned>(a.num_row_groups), static_cast<unsigned>(a.groups),
+                    static_cast<unsigned>(p.row_splits));
+    const int taps = static_cast<int>(a.gather.taps());
+    auto launch = [&](auto taps_c) {
+      const auto kernel = bsconv_row_group_dw_kernel<T, BS, decltype(taps_c)::value>;
+      // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
+      const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
+      if (err != cudaSuccess) return err;
+      return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
+                           static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots)), stream, p);
+    };
+    const cudaError_t err = taps == 9   ? launch(std::integral_constant<int, 9>{})
+                            : taps == 6 ? launch(std::integral_constant<int, 6>{})
+                                        : launch(std::integral_constant<int, 4>{});
+    if (err != cudaSuccess || p.row_splits == 1) return err;
+    return sum_dw_splits<T, BS>(a, p, stream);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_conv_row_group_dw() is false for these
+  }
+}
+
 template <typename T, int BS, int TN, bool PRECISE, bool BIG>
 cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   using Cfg = DwStreamConfig<T, BS, TN, BIG>;
@@ -1003,6 +1081,7 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
     constexpr int BS = decltype(bs_c)::value;
     return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
       constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+      if (a.gathered && use_conv_row_group_dw<T, BS>(a)) return launch_conv_row_group_dw_variant<T, BS>(a, stream);
       if (a.gathered && use_conv_halo_dw<T, BS>(a)) return launch_conv_halo_dw_variant<T, BS>(a, stream);
       if (a.gathered) return launch_dw_variant<T, BS, PRECISE, true>(a, stream);
       if (a.rows >= 1 && a.rows <= kStreamMaxRowsHost) {

@@ -247,9 +247,14 @@ def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
                       geometry=gather.as_attribute())
     if target == "jbs_bsconv_dw":
         nnz = tables[0].shape[0]
-        # The halo kernel's CTAs each own a layout block for every tap: split for those.
-        cta_blocks = nnz // conv.num_taps if _conv_halo_dw(conv, a.dtype, block_size) else nnz
-        splits = _dw_row_splits(b.shape[1], groups * cta_blocks)
+        if _conv_row_group_dw(conv, a.dtype, block_size):
+            # The row group kernel's CTAs each own a row group of layout blocks for every tap.
+            row_groups = tables[1].shape[0] // conv.num_taps
+            splits = _row_group_dw_splits(-(-b.shape[1] // _HALO_DW_ROWS), groups * row_groups)
+        else:
+            # The halo kernel's CTAs each own a layout block for every tap: split for those.
+            cta_blocks = nnz // conv.num_taps if _conv_halo_dw(conv, a.dtype, block_size) else nnz
+            splits = _dw_row_splits(b.shape[1], groups * cta_blocks)
         partials = groups * splits * nnz * block_size * block_size if splits > 1 else 1
         results = [jax.ShapeDtypeStruct((groups, nnz, block_size, block_size), a.dtype),
                    jax.ShapeDtypeStruct((partials,), np.float32)]
@@ -293,6 +298,38 @@ def _conv_halo_dw(conv, dtype, block_size: int) -> bool:
     return -(2**30) < lo and hi < 2**30 and _HALO_DW_ROWS + hi - lo <= _HALO_CAPACITY[block_size]
 
 
+# The conv row group dw kernel (cuda/conv/bsconv_row_group_dw_kernel.cuh): bs 16 and 32, 16-bit,
+# 4 / 6 / 9 taps, images 8, 16 or 32 pixels wide (C++: use_conv_row_group_dw, band_halo_shape; as
+# above, this copy only sizes the row splits).
+_ROW_GROUP_DW_TAPS = (4, 6, 9)
+
+
+def _conv_row_group_dw(conv, dtype, block_size: int) -> bool:
+    """Whether the weight gradient of ``conv`` runs the row group dw kernel (see above)."""
+    if os.environ.get("JBS_CONV_ROW_GROUP_DW", "")[:1] == "0" or os.environ.get("JBS_CONV_HALO", "")[:1] == "0":
+        return False
+    if (block_size not in (16, 32) or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16)
+            or conv.num_taps not in _ROW_GROUP_DW_TAPS):
+        return False
+    if conv.mul != (1, 1) or conv.div != (1, 1) or conv.rows_hw != conv.source_hw:
+        return False
+    height, width = conv.rows_hw
+    image_rows = _HALO_DW_ROWS // width if width in (8, 16, 32) else 0
+    if not image_rows or height % 8 or (height % image_rows and image_rows % height):
+        return False
+    ows = [conv.offset[1] + kw * conv.step[1] for kw in range(conv.taps[1])]
+    return -8 <= min(ows) and max(ows) <= 8
+
+
+def _row_group_dw_splits(tiles: int, ctas: int, sms: int = 132) -> int:
+    """Row splits of the row group dw kernel (one CTA per SM): the fewest waves of CTAs over the
+    256-pixel tiles, each split costing about half a tile more (its partials, written and summed)."""
+    if ctas == 0 or tiles <= 1:
+        return 1
+    cost = lambda s: -(-ctas * s // sms) * -(-tiles // s) + 0.5 * s
+    return min(range(1, min(tiles, 256) + 1), key=lambda s: (cost(s), s))
+
+
 def _dw_row_splits(rows: int, blocks: int) -> int:
     if blocks == 0:
         return 1
@@ -317,7 +354,7 @@ def _cuda_rule(target, used_tables):
             # and input and output rows differ in size, which the Shardy rule of sharding.py
             # (one row factor) cannot state. XLA gathers their batch instead (correct, not
             # scalable; see benchmarks/NOTES.md).
-            kept = conv_keep if not is_dw else keep
+            kept = conv_keep if not is_dw else keep + [2 + _TABLE_FIELDS.index("dw_row_groups")]
             call = functools.partial(_conv_ffi_call, target.replace("bsmm", "bsconv"), block_size,
                                      precision, conv)
         else:

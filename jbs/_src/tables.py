@@ -38,6 +38,8 @@ class Tables(NamedTuple):
     fwd_group_items: np.ndarray    # (union items, 1 + width) [input block, block index per column or -1]
     dx_group_offsets: np.ndarray
     dx_group_items: np.ndarray
+    # Row groups of the conv weight-gradient kernel (the reference path ignores them), see _row_groups:
+    dw_row_groups: np.ndarray  # (groups, width / 2) consecutive blocks of one block row, -1 past its end
 
 
 def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,10 +140,28 @@ def build_tables(layout: np.ndarray, width: int = 4) -> Tables:
            for name, table in zip(("chunks", "splits"), _chunks(offsets))},
         **_group_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
                         dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1), width),
+        dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
     )
     for table in tables:
         table.setflags(write=False)
     return tables
+
+
+def _row_groups(rows: np.ndarray, size: int) -> np.ndarray:
+    """The blocks ``size`` by ``size`` within each block row, in row-major order; a row's last
+    group is filled with -1. ``size`` = 64 / bs (half the column group width): the conv row group
+    dw kernel (cuda/conv/bsconv_row_group_dw_kernel.cuh) puts a group's output columns on one
+    MMA's M (64 channels), so its blocks must share their input rows."""
+    rows = np.asarray(rows)
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if rows.size else np.zeros(0, np.int64)
+    counts = np.diff(np.r_[starts, rows.size])
+    groups_per_row = -(-counts // size)
+    first = np.repeat(starts, groups_per_row) + size * (np.arange(groups_per_row.sum()) -
+                                                        np.repeat(np.cumsum(groups_per_row) - groups_per_row,
+                                                                  groups_per_row))
+    row_end = np.repeat(starts + counts, groups_per_row)
+    members = first[:, None] + np.arange(size)[None, :]
+    return np.where(members < row_end[:, None], members, -1).reshape(-1, size)
 
 
 def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width) -> dict:
