@@ -227,15 +227,16 @@ def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, en
     check_three_ops(rng, conv, images + (4 * bs,), dtype)
 
 
-@pytest.mark.parametrize("kernel_size,padding,dilation", HALO_GEOMETRIES[:4])  # 9, 6, 4 and 9 taps
+@pytest.mark.parametrize("kernel_size,padding,dilation",
+                         HALO_GEOMETRIES[:4] + [((3, 2), ((1, 1), (1, 0)), 1)])  # 3x3, 2x3, 2x2, 3x2
 @pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (32, jnp.float16), (16, jnp.bfloat16)])
 @pytest.mark.parametrize("images", [(5, 8, 8), (1, 8, 32), (2, 16, 32), (40, 32, 16)])
 def test_conv_row_group_dw_kernel(rng, kernel_size, padding, dilation, bs, dtype, images):
     """The row group dw kernel (conv/bsconv_row_group_dw_kernel.cuh: 64 / bs blocks of one block
-    row on an MMA's M, the taps as offsets into the band halo) against float64: images 8, 16 and
-    32 wide (tiles of several images, of part of one, partly past the batch), one tile (one row
-    split, dw written directly) and many (several splits), groups cut short by the end of their
-    row, a heavy column, an empty row and column."""
+    row on an MMA's M, the taps as offsets into the band halo) against float64: 9, 6 (2x3 and
+    3x2) and 4 taps, images 8, 16 and 32 wide (tiles of several images, of part of one, partly
+    past the batch), one tile (one row split, dw written directly) and many (several splits),
+    groups cut short by the end of their row, a heavy column, an empty row and column."""
     cols = 6 if bs == 32 else 11
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, 5, cols, density=0.5), bs, kernel_size, 1, padding,
                                dilation)
