@@ -667,8 +667,9 @@ inline bool band_halo_shape(const RowGather& g, int planes, BandHaloShape* s) {
   const int64_t band_rows = int64_t{image_rows} + top + reach.below();
   const int64_t bands = tile_image_rows / image_rows;
   const int64_t copies = bands * band_rows * width * planes;
-  // The copies are packed with band rows below 256.
-  if (copies > int64_t{kBandMaxCopies} * 256 || band_rows > 255) return false;
+  // The copies are packed with band rows below 256, a warp's 32 copies pixels along planes
+  // (BandHalo): whole warps of them must fit the threads' copies.
+  if ((copies + 31) / 32 * 32 > int64_t{kBandMaxCopies} * 256 || band_rows > 255) return false;
   s->top = top;
   s->band_rows = static_cast<int>(band_rows);
   s->image_rows = image_rows;
