@@ -15,15 +15,9 @@
 // absent block is zero registers and costs no memory. The cost: where only one
 // of a warpgroup's two columns has a block, half its MMA multiplies zeros.
 //
-// The N side: a wgmma's B core matrices must lie at one stride, so the pixels
-// of an MMA form a strip 8 pixels wide and R = 32 rows tall (16 on 16-row
-// images), core matrix j being image row j of the strip; a tile is 32 / R such
-// strips (256 pixels).
-// The halo holds, per strip, rows -top .. R + bottom of 16-byte slots in
-// channel planes (as the ss kernel's), each row 16 slots: pixels x0 - 8 .. x0 + 7
-// at 0 .. 15, so a strip row's left neighbours (up to `left`) sit below its 8
-// pixels and its right ones (up to `right`, left + right <= 8) at the start of
-// the next row. Slots outside the image are zero-filled by the same copies.
+// The N side: a strip 8 pixels wide and R = 32 (or 16) rows tall, whose halo
+// (conv/strip_halo.cuh) makes every tap a descriptor offset; a tile is 32 / R
+// such strips (256 pixels).
 //
 // Work unit = (tile, group of 4 output block columns); warpgroup wg owns columns
 // 2 wg and 2 wg + 1 for all 256 pixels (an m64 x 256 fp32 accumulator). Items
@@ -45,6 +39,7 @@
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
+#include "conv/strip_halo.cuh"
 #include "conv/tap_blocks.cuh"           // read_union_row, present_columns
 #include "conv/unit_cursor.cuh"
 #include "matmul/bsmm_group_kernel.cuh"  // GroupParams
@@ -52,13 +47,9 @@
 namespace jbs {
 
 struct ConvStripParams : GroupParams {
-  int nnz_per_tap;  // weight blocks of one tap: w holds taps x nnz_per_tap
-  int top;          // halo rows above a strip: max(0, -min oh)
-  int band_rows;    // halo rows per strip: R + top + bottom
-  int left, right;  // pixels the taps reach left / right of a strip: -min ow, max ow
-  int plane_slots;  // 16-byte slots of one channel plane
-  int halo_copies;  // 16-byte copies of an item's halo (strips x band_rows x (8 + left + right) x 4)
-  int64_t units;    // tiles x num_groups: the work items of the persistent CTAs
+  int nnz_per_tap;       // weight blocks of one tap: w holds taps x nnz_per_tap
+  StripHaloShape halo;   // conv/strip_halo.cuh
+  int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
 };
 
 template <typename T, int R>
@@ -71,7 +62,7 @@ struct ConvStripConfig {
   static constexpr int kThreads = 256;
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
-  static constexpr int kRowSlots = 16;
+  static constexpr int kMaxCopies = 8;  // halo copies per thread (the dispatch checks)
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kTapElems = kP * kBlockElems;
   static constexpr int kLdS = kP * BS + 8;  // the epilogue's staged tile: 256 pixels x 128 channels of T
@@ -95,20 +86,16 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   constexpr int kP = Cfg::kP;
   constexpr int kN = Cfg::kN;
   constexpr int kStrips = Cfg::kStrips;
-  constexpr int kRowSlots = Cfg::kRowSlots;
   __shared__ uint64_t full[Cfg::kStages];  // the weights' bulk copies of a slot
   unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
   const RowGather& g = p.gather;
   const int taps = g.taps_h * g.taps_w;
   const int width = g.rows_w, height = g.rows_h;
-  const int band_slots = p.band_rows * kRowSlots;
-  const int64_t plane_elems = static_cast<int64_t>(p.plane_slots) * 8;
-  const int64_t halo_elems = Cfg::halo_elems(p.plane_slots);
-  const int64_t slot_elems = Cfg::slot_elems(taps, p.plane_slots);
+  const int band_slots = p.halo.band_slots;
+  const int64_t halo_elems = Cfg::halo_elems(p.halo.plane_slots);
+  const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
-  const int strips_per_column = height / R;
-  const int strips_per_image = strips_per_column * (width / 8);
   const T* const in_group = static_cast<const T*>(p.in) + blockIdx.y * p.in_group_stride;
   const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
 
@@ -117,72 +104,19 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   const int warp = tid >> 5;
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
 
-  // The strips of tile `tile`: image, first row and first pixel (past the batch: image >=
-  // images). Computed once per unit: the 64-bit division is ~100 instructions, and per
-  // copy it made the kernel 1.3x slower.
-  struct StripPos {
-    int64_t image;
-    int h0, x0;
-  };
-  auto strips_of = [&](int64_t tile, StripPos (&pos)[kStrips]) {
-#pragma unroll
-    for (int s = 0; s < kStrips; ++s) {
-      const int64_t strip = tile * kStrips + s;
-      pos[s].image = strip / strips_per_image;
-      const int rem = static_cast<int>(strip - pos[s].image * strips_per_image);
-      pos[s].h0 = (rem % strips_per_column) * R;
-      pos[s].x0 = (rem / strips_per_column) * 8;
-    }
-  };
-  auto pick = [](const StripPos (&pos)[kStrips], int s) {  // pos[s] without a local-memory index
-    StripPos r = pos[0];
-#pragma unroll
-    for (int q = 1; q < kStrips; ++q) r = q == s ? pos[q] : r;
-    return r;
-  };
-  // The loader's cursor (conv/unit_cursor.cuh) and the strips of its unit's tile.
+  // The loader's cursor (conv/unit_cursor.cuh) and the halo of its unit's tile.
+  using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes, Cfg::kThreads, Cfg::kMaxCopies>;
   UnitCursor<kP> cursor(p, taps, p.units);
-  StripPos load_pos[kStrips];
-  auto on_unit = [&](int64_t tile) { strips_of(tile, load_pos); };
-  // This thread's halo copies, the same for every item but for the tile and the channel
-  // block: idx = tid + k * 256 = ((strip * band_rows + y) * span + dx) * planes + plane,
-  // span = left + 8 + right, packed as plane | dx << 2 | y << 7 | strip << 15 (-1: none).
-  constexpr int kMaxCopies = 8;
-  int copy_of[kMaxCopies];
-  {
-    const int span = p.left + 8 + p.right;
-#pragma unroll
-    for (int k = 0; k < kMaxCopies; ++k) {
-      const int idx = tid + k * Cfg::kThreads;
-      const int pixel = idx / Cfg::kPlanes;
-      const int strip_row = pixel / span;
-      const int s = strip_row / p.band_rows;
-      copy_of[k] = idx < p.halo_copies ? (idx % Cfg::kPlanes) | (pixel - strip_row * span) << 2 |
-                                             (strip_row - s * p.band_rows) << 7 | s << 15
-                                       : -1;
-    }
-  }
+  Halo halo(p.halo, tid);
+  auto on_unit = [&](int64_t tile) { halo.set_tile(g, tile); };
   // Issues the cursor's item into ring slot `stage` and returns its present columns.
   auto issue_load = [&](int stage) {
     int row[1 + kP];
     cursor.row(row);
     T* const slot = smem + stage * slot_elems;
-    // The halo (copy_of). Every slot of the span is written for every item (zero-filled
-    // outside the image), so a slot never keeps another tile's pixels.
-    const T* const column = in_group + static_cast<int64_t>(row[0]) * BS;
-#pragma unroll
-    for (int k = 0; k < kMaxCopies; ++k) {
-      if (copy_of[k] < 0) continue;
-      const int plane = copy_of[k] & 3, dx = (copy_of[k] >> 2) & 31, y = (copy_of[k] >> 7) & 255;
-      const int s = copy_of[k] >> 15;
-      const StripPos pos = pick(load_pos, s);
-      const int h = pos.h0 + y - p.top;
-      const int x = pos.x0 - p.left + dx;
-      const bool inside = pos.image < images && h >= 0 && h < height && x >= 0 && x < width;
-      const int64_t src = inside ? ((pos.image * height + h) * width + x) * p.in_cols + plane * 8 : 0;
-      cp_async_16(slot + plane * plane_elems + (s * band_slots + y * kRowSlots + 8 - p.left + dx) * 8, column + src,
-                  inside ? 16 : 0);
-    }
+    // The halo. Every slot of the span is written for every item (zero-filled outside
+    // the image), so a slot never keeps another tile's pixels.
+    halo.issue(p.halo, g, images, p.in_cols, in_group + static_cast<int64_t>(row[0]) * BS, slot);
     // Every tap's present blocks, raw (row-major, BS x BS) at tap t, column q: one bulk
     // copy each by the lanes of warp 0, on the slot's barrier.
     const unsigned mask = present_columns<kP>(row);
@@ -223,7 +157,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   // strip row (core matrix along n) one halo row further (SBO). Offsets in the
   // descriptor's 16-byte units (one slot); shared memory is under 256 KiB, so
   // adding to the descriptor never carries out of the address field.
-  const uint64_t b_base = wgmma_desc(smem, static_cast<uint32_t>(p.plane_slots) * 16, kRowSlots * 16);
+  const uint64_t b_base = wgmma_desc(smem, static_cast<uint32_t>(p.halo.plane_slots) * 16, p.halo.row_slots * 16);
   const uint32_t slot_units = static_cast<uint32_t>(slot_elems / 8);
   // This warp's 16 rows of the warpgroup's m64: output channels (warp % 2) * 16..
   // of block column 2 wg + (warp % 4) / 2.
@@ -265,7 +199,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
         int tap_slots[NTAPS];
 #pragma unroll
         for (int j = 0; j < NTAPS; ++j) {
-          tap_slots[j] = (g.off_h + kh * g.step_h + p.top) * kRowSlots + 8 + g.off_w + kw * g.step_w;
+          tap_slots[j] = p.halo.tap_slot(g.off_h + kh * g.step_h, g.off_w + kw * g.step_w);
           kw = kw + 1 == g.taps_w ? 0 : kw + 1;
           kh = kw == 0 ? kh + 1 : kh;
           const T* const blk = ws + ((t + j) * kP + my_column) * Cfg::kBlockElems;
@@ -289,7 +223,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
           for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
             for (int s = 0; s < kStrips; ++s) {
-              const uint64_t b = b_item + s * band_slots + tap_slots[j] + ks * 2 * p.plane_slots;
+              const uint64_t b = b_item + s * band_slots + tap_slots[j] + ks * 2 * p.halo.plane_slots;
               wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b);
             }
           }
@@ -340,14 +274,14 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
     const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
     T* const out_group = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + static_cast<int64_t>(q) * kP * BS;
     constexpr int kVec = 8;
-    StripPos out_pos[kStrips];
-    strips_of(tile, out_pos);
+    typename Halo::Pos out_pos[kStrips];
+    Halo::strips_of(g, tile, out_pos);
     const int chunks_per_pixel = num_cols * (BS / kVec);
     for (int idx = tid; idx < 256 * chunks_per_pixel; idx += Cfg::kThreads) {
       const int pixel = idx / chunks_per_pixel;
       const int c = (idx - pixel * chunks_per_pixel) * kVec;
       const int n = pixel % kN;
-      const StripPos pos = pick(out_pos, pixel / kN);
+      const typename Halo::Pos pos = Halo::pick(out_pos, pixel / kN);
       if (pos.image >= images) continue;
       const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
       *reinterpret_cast<uint4*>(out_group + row * p.out_cols + c) =

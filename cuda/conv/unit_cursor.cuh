@@ -20,20 +20,26 @@
 
 namespace jbs {
 
-template <int P>
+// CYCLE: unit u is group (u + tile) % num_groups of tile u / num_groups (above);
+// otherwise group u % num_groups. The CTA walks units first, first + step, ... below end.
+template <int P, bool CYCLE = true>
 struct UnitCursor {
   const GroupParams& p;
   int taps;
-  int64_t units;
+  int64_t end, step;
   int64_t unit;
   int item = 0, items = 0;
   const int32_t* rows = nullptr;
 
+  // Units blockIdx.x, + gridDim.x, ... below num_units.
   __device__ __forceinline__ UnitCursor(const GroupParams& params, int num_taps, int64_t num_units)
-      : p(params), taps(num_taps), units(num_units), unit(blockIdx.x) {}
+      : p(params), taps(num_taps), end(num_units), step(gridDim.x), unit(blockIdx.x) {}
+  // Units first .. end - 1.
+  __device__ __forceinline__ UnitCursor(const GroupParams& params, int num_taps, int64_t first, int64_t last_plus_one)
+      : p(params), taps(num_taps), end(last_plus_one), step(1), unit(first) {}
 
   __device__ __forceinline__ int group_of(int64_t u) const {
-    return static_cast<int>((u + u / p.num_groups) % p.num_groups);
+    return static_cast<int>((CYCLE ? u + u / p.num_groups : u) % p.num_groups);
   }
   // Unit u's union items (tap 0's: the group's channel blocks); their rows at *rows_of.
   __device__ __forceinline__ int items_of(int64_t u, const int32_t** rows_of) const {
@@ -53,7 +59,7 @@ struct UnitCursor {
   // Enters the CTA's first unit, then as settle. on_unit(tile) runs for every unit entered.
   template <class OnUnit>
   __device__ __forceinline__ bool start(OnUnit on_unit) {
-    if (unit >= units) return false;
+    if (unit >= end) return false;
     items = items_of(unit, &rows);
     on_unit(tile());
     return settle(on_unit);
@@ -63,9 +69,9 @@ struct UnitCursor {
   template <class OnUnit>
   __device__ __forceinline__ bool settle(OnUnit on_unit) {
     while (item >= items) {
-      unit += gridDim.x;
+      unit += step;
       item = 0;
-      if (unit >= units) return false;
+      if (unit >= end) return false;
       items = items_of(unit, &rows);
       on_unit(tile());
     }

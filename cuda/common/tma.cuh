@@ -1,0 +1,64 @@
+// Tiled TMA loads (cp.async.bulk.tensor) of boxes of a 4-D tensor into shared
+// memory, completing on an mbarrier (common/mbarrier.cuh), and the host side
+// that encodes the tensor map.
+//
+// Why: a conv halo is a box of an NHWC image batch (rows x pixels x 8
+// channels) whose parts outside the image are zeros. One TMA instruction moves
+// it, zero-filling what lies out of bounds (negative coordinates included),
+// where 16-byte cp.async copies cost one instruction sequence per 16 bytes.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/mbarrier.cuh"
+#include "common/ptx.cuh"
+
+namespace jbs {
+
+// The box at coordinates (c0 innermost .. c4) of `map` (a __grid_constant__ kernel
+// parameter) into dst (128-byte aligned), counted on bar's transaction bytes.
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,
+                                            uint64_t* bar) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+      "%6}], [%7];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// A 5-D tensor of 16-bit elements (dims innermost first, strides in bytes of dims 1..4)
+// read in boxes of box[0..4] elements; out-of-bounds elements read as zero (bf16 and fp16
+// alike: the copy moves bytes). False where the driver refuses it (alignment, sizes) or
+// has no tensor maps.
+inline bool encode_tensor_map_16bit(CUtensorMap* map, const void* base, const uint64_t (&dims)[5],
+                                    const uint64_t (&strides)[4], const uint32_t (&box)[5]) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<Encode>(nullptr);
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return false;
+  cuuint64_t size[5], stride[4];
+  cuuint32_t box_dims[5], unit[5];
+  for (int d = 0; d < 5; ++d) size[d] = dims[d], box_dims[d] = box[d], unit[d] = 1;
+  for (int d = 0; d < 4; ++d) stride[d] = strides[d];
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, const_cast<void*>(base), size, stride, box_dims, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace jbs
