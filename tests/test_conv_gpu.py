@@ -205,42 +205,20 @@ def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dty
     check_three_ops(rng, conv, images + (4 * 32,), dtype)
 
 
-TAP_PAIR_GEOMETRIES = HALO_GEOMETRIES[:4] + [
-    ((3, 2), ((1, 1), (1, 0)), 1),  # three rows of taps: one pair and one single per column
-    ((2, 1), ((0, 1), (0, 0)), 1),  # two rows reaching down: pairs the other way round
-]
-
-
-@pytest.mark.parametrize("kernel_size,padding,dilation", TAP_PAIR_GEOMETRIES)
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("images", [(2, 32, 24), (3, 16, 8), (5, 16, 16)])
-def test_conv_tap_pair_kernel(rng, monkeypatch, kernel_size, padding, dilation, dtype, images):
-    """The bs 32 tap pair kernel (conv/bsconv_tap_pair_kernel.cuh: two taps of one output block
-    column on the MMA's M, the second one's output shifted by whole image rows in the
-    epilogue): forward and input gradient against float64 on images 32 and 16 rows tall, tile
-    pairs that span images and end past the batch, taps paired upwards (2x3, 2x2) and
-    downwards (3x3, 2x1), unpaired taps, dilation 2, a heavy column, an empty row and column."""
-    monkeypatch.setenv("JBS_CONV_HALO", "1")
-    monkeypatch.setenv("JBS_CONV_TAP_PAIR", "1")
-    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, 6, density=0.4), 32, kernel_size, 1, padding,
-                               dilation)
-    check_three_ops(rng, conv, images + (4 * 32,), dtype)
-
-
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("bs,env,images", [
     (32, {}, (40, 32, 16)),                          # strip kernel: 80 tiles x 3 groups
-    (32, {"JBS_CONV_TAP_PAIR": "1"}, (40, 32, 16)),  # tap pair kernel: 40 tile pairs x 12 columns
     (32, {"JBS_CONV_STRIP": "0"}, (40, 32, 16)),    # ss kernel, one band per tile
     (32, {"JBS_CONV_STRIP": "0"}, (200, 8, 8)),     # ss kernel, 4 images (bands) per tile
     (16, {}, (40, 32, 16)),                         # ss kernel, one 128-wide MMA per square
     (16, {}, (200, 8, 8)),
 ])
 def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, env, images):
-    """The strip, tap pair and ss kernels' persistent CTAs (one per SM) each walk several
-    (tile, column group) or (tile pair, column) units, loading a unit's first item during the
-    previous unit's last: 150 to 480 units. The middle group has no blocks at all (its units
-    have no items, their output is zeros) and one row of the layout is empty."""
+    """The strip and ss kernels' persistent CTAs (one per SM) each walk several (tile, column
+    group) units, loading a unit's first item during the previous unit's last: 150 to 240
+    units (the strip kernel's CTAs take runs of units of equal weight, the ss kernel's every
+    132nd). The middle group has no blocks at all (its units have no items, their output is
+    zeros) and one row of the layout is empty."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     group = 128 // bs
@@ -285,7 +263,6 @@ def test_conv_row_group_dw_kernel_is_the_one_that_runs(rng, monkeypatch, bs, env
 
 @pytest.mark.parametrize("bs,env,expected", [
     (32, {}, "bsconv_strip_kernel"),
-    (32, {"JBS_CONV_TAP_PAIR": "1"}, "bsconv_tap_pair_kernel"),
     (32, {"JBS_CONV_STRIP": "0"}, "bsconv_halo_ss_kernel"),
     (16, {}, "bsconv_halo_ss_kernel"),
     (16, {"JBS_CONV_HALO_SS": "0"}, "bsconv_halo_kernel"),

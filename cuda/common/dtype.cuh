@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cstdint>
 #include <cuda_fp16.h>
 
 namespace jbs {
@@ -42,21 +41,6 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) {
   return __float2half_rn(v);
-}
-
-// Eight floats as eight 16-bit T in one 16-byte word (lo first), for 16-byte stores.
-template <typename T>
-__device__ __forceinline__ uint4 pack8(float4 lo, float4 hi) {
-  static_assert(sizeof(T) == 2, "pack8: a 16-bit type");
-  const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  uint32_t word[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const T a = from_float<T>(v[2 * i]), b = from_float<T>(v[2 * i + 1]);
-    word[i] = static_cast<uint32_t>(__builtin_bit_cast(uint16_t, a)) |
-              static_cast<uint32_t>(__builtin_bit_cast(uint16_t, b)) << 16;
-  }
-  return make_uint4(word[0], word[1], word[2], word[3]);
 }
 
 }  // namespace jbs

@@ -17,9 +17,10 @@
 // which is the descriptor's stride along m. Warpgroup wg owns squares 2 wg and
 // 2 wg + 1, numbered row-major over the tile's (256 / W / 8) x (W / 8) squares;
 // the epilogue stages the whole 256-row tile in pixel order. Work unit = (row
-// tile, column group), walked by persistent CTAs, one per SM, that load one item
-// ahead across their units, as the strip kernel's (conv/bsconv_strip_kernel.cuh):
-// with one CTA per unit, every CTA's first load and epilogue were exposed.
+// tile, column group), walked by persistent CTAs, one per SM, each taking a run of
+// units of equal weight, that load one item ahead across their units, as the strip
+// kernel's (conv/bsconv_strip_kernel.cuh): with one CTA per unit, every CTA's first
+// load and epilogue were exposed.
 // Everything else — the conv's group tables walked as tap 0's union items, two
 // ring slots, the taps' weight blocks (conv/tap_blocks.cuh), bs 32 one m64 x 32
 // wgmma per present block and bs 16 one zero-filled m64 x 128 — is the halo
@@ -97,6 +98,13 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
   // from it then stay in uniform registers instead of a move per wgmma.
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
 
+  // This CTA's run of units (conv/unit_cursor.cuh: balanced_unit_range).
+  __shared__ int64_t unit_range[2];
+  if (warp == 0) {
+    int64_t first = 0, end = 0;
+    balanced_unit_range(p, taps, p.units / p.num_groups, lane, &first, &end);
+    if (lane == 0) unit_range[0] = first, unit_range[1] = end;
+  }
   // Zeros in both slots' halos once: the pad slots before each image row are never
   // copied to, so they stay zero (the pixels of a band, in the image or not, are
   // copied, zero-filled, for every item).
@@ -104,11 +112,12 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) reinterpret_cast<uint4*>(smem + s * slot_elems)[i] = make_uint4(0, 0, 0, 0);
   }
-  __syncthreads();  // the zeros before any copy into the same slots (racecheck found them racing)
+  __syncthreads();  // the zeros before any copy into the same slots (racecheck found them racing); the unit run
+  const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
 
   // The loader's cursor (conv/unit_cursor.cuh), whose table row is `next` once read, and
   // this thread's copies of the halo of its unit's tile.
-  UnitCursor<kP> cursor(p, taps, p.units);
+  UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
   BandHalo<T, Cfg::kPlanes, Cfg::kThreads> halo(p.band, width, tid);
   auto on_unit = [&](int64_t tile) { halo.set_tile(tile, width, height); };
   auto load_halo = [&](T* dst, int block) {
@@ -177,7 +186,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
   constexpr int kN = Cfg::kDenseN ? 128 : BS;
   float acc[2][kCols][kN / 8][4];
   int64_t seq = 0;  // items computed so far
-  for (int64_t unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+  for (int64_t unit = first_unit; unit < end_unit; ++unit) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll

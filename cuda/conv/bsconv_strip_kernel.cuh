@@ -22,9 +22,10 @@
 // Work unit = (tile, group of 4 output block columns); warpgroup wg owns columns
 // 2 wg and 2 wg + 1 for all 256 pixels (an m64 x 256 fp32 accumulator). Items
 // are the group's union items (the conv's group tables, tap 0's, as the halo
-// kernels); per item every tap's present blocks arrive by bulk copies on the
-// slot's mbarrier and the halo by cp.async. The CTAs are persistent, one per SM,
-// and load one item ahead across their units: a unit's first item loads during
+// kernels); per item every tap's present blocks arrive by bulk copies and the
+// halo by TMA boxes, all on the slot's mbarrier. The CTAs are persistent, one
+// per SM, each taking a run of units of equal weight (balanced_unit_range), and
+// load one item ahead across their units: a unit's first item loads during
 // the previous unit's last one, and its epilogue (staged in that item's slot)
 // overlaps the next unit's loads. With one CTA per unit, the first load and the
 // epilogue of every CTA were exposed: ~55 us of a 3x3 conv's 262 at density 1/2
@@ -47,8 +48,9 @@
 namespace jbs {
 
 struct ConvStripParams : GroupParams {
+  CUtensorMap halo_map;  // the activations, in boxes of one strip's halo in one plane (conv/strip_halo.cuh)
   int nnz_per_tap;       // weight blocks of one tap: w holds taps x nnz_per_tap
-  StripHaloShape halo;   // conv/strip_halo.cuh
+  StripHaloShape halo;
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
 };
 
@@ -62,7 +64,6 @@ struct ConvStripConfig {
   static constexpr int kThreads = 256;
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
-  static constexpr int kMaxCopies = 8;  // halo copies per thread (the dispatch checks)
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kTapElems = kP * kBlockElems;
   static constexpr int kLdS = kP * BS + 8;  // the epilogue's staged tile: 256 pixels x 128 channels of T
@@ -80,13 +81,14 @@ struct ConvStripConfig {
 
 // TAPS_PER_WAIT (3 or 2) divides the taps (see issue_taps).
 template <typename T, int R, int TAPS_PER_WAIT, bool TRANS>
-__global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripParams p) {
+__global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_constant__ ConvStripParams p) {
   using Cfg = ConvStripConfig<T, R>;
   constexpr int BS = Cfg::BS;
   constexpr int kP = Cfg::kP;
   constexpr int kN = Cfg::kN;
   constexpr int kStrips = Cfg::kStrips;
-  __shared__ uint64_t full[Cfg::kStages];  // the weights' bulk copies of a slot
+  __shared__ uint64_t full[Cfg::kStages];  // a slot's halo boxes and weight blocks
+  __shared__ int64_t unit_range[2];
   unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
   const RowGather& g = p.gather;
@@ -96,7 +98,6 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   const int64_t halo_elems = Cfg::halo_elems(p.halo.plane_slots);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
-  const T* const in_group = static_cast<const T*>(p.in) + blockIdx.y * p.in_group_stride;
   const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
 
   const int tid = threadIdx.x;
@@ -104,26 +105,34 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
   const int warp = tid >> 5;
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
 
-  // The loader's cursor (conv/unit_cursor.cuh) and the halo of its unit's tile.
-  using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes, Cfg::kThreads, Cfg::kMaxCopies>;
-  UnitCursor<kP> cursor(p, taps, p.units);
-  Halo halo(p.halo, tid);
-  auto on_unit = [&](int64_t tile) { halo.set_tile(g, tile); };
-  // Issues the cursor's item into ring slot `stage` and returns its present columns.
-  auto issue_load = [&](int stage) {
+  // This CTA's run of units (conv/unit_cursor.cuh: balanced_unit_range), its loader's
+  // cursor and the strips of the cursor's tile.
+  if (warp == 0) {
+    int64_t first = 0, end = 0;
+    balanced_unit_range(p, taps, p.units / p.num_groups, lane, &first, &end);
+    if (lane == 0) unit_range[0] = first, unit_range[1] = end;
+  }
+  using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes>;
+  typename Halo::Pos load_pos[kStrips];
+  auto on_unit = [&](int64_t tile) { Halo::strips_of(g, tile, load_pos); };
+  // Issues the cursor's item into ring slot `stage` and returns its present columns, all by
+  // warp 0 on the slot's barrier: the halo (one TMA box per strip and plane, zeros outside
+  // the image, so a slot never keeps another tile's pixels), and every tap's present
+  // blocks, raw (row-major, BS x BS) at tap t, column q: one bulk copy each.
+  auto issue_load = [&](auto& cursor, int stage) {
     int row[1 + kP];
     cursor.row(row);
     T* const slot = smem + stage * slot_elems;
-    // The halo. Every slot of the span is written for every item (zero-filled outside
-    // the image), so a slot never keeps another tile's pixels.
-    halo.issue(p.halo, g, images, p.in_cols, in_group + static_cast<int64_t>(row[0]) * BS, slot);
-    // Every tap's present blocks, raw (row-major, BS x BS) at tap t, column q: one bulk
-    // copy each by the lanes of warp 0, on the slot's barrier.
     const unsigned mask = present_columns<kP>(row);
     if (warp == 0) {
-      if (lane == 0) mbarrier_arrive_expect_tx(&full[stage], taps * __popc(mask) * Cfg::kBlockElems * sizeof(T));
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(&full[stage],
+                                  Halo::bytes(p.halo) + taps * __popc(mask) * Cfg::kBlockElems * sizeof(T));
+      }
       __syncwarp();
       fence_proxy_async();  // earlier generic accesses of this slot (ordered by the CTA barrier) before the copies
+      Halo::issue(p.halo, &p.halo_map, load_pos, row[0], static_cast<int>(blockIdx.y) * p.halo.group_step, lane, slot,
+                  &full[stage]);
       for (int j = lane; j < taps * kP; j += 32) {
         const int t = j / kP, q = j - t * kP;
         int block = -1;
@@ -144,14 +153,15 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
     for (int s = 0; s < Cfg::kStages; ++s) mbarrier_init(&full[s], 1);
     mbarrier_init_fence();
   }
-  __syncthreads();  // barriers initialised
+  __syncthreads();  // barriers initialised, the unit run in place
+  const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
+  UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
 
   // Ring slot i & 1 holds the CTA's i-th item (counted over all its units);
   // slot_mask[s] its present columns.
   unsigned slot_mask[Cfg::kStages] = {0u, 0u};
   bool more = cursor.start(on_unit);
-  if (more) slot_mask[0] = issue_load(0);
-  cp_async_commit();
+  if (more) slot_mask[0] = issue_load(cursor, 0);
 
   // B (the halo) K-major: the next 8 channels one plane further (LBO), the next
   // strip row (core matrix along n) one halo row further (SBO). Offsets in the
@@ -167,7 +177,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
 
   float acc[kStrips][kN / 8][4];
   int64_t seq = 0;  // items computed so far
-  for (int64_t unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+  for (int64_t unit = first_unit; unit < end_unit; ++unit) {
 #pragma unroll
     for (int s = 0; s < kStrips; ++s) {
 #pragma unroll
@@ -178,9 +188,7 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
     const int items = cursor.num_items(unit);
     for (int i = 0; i < items; ++i, ++seq) {
       const int stage = static_cast<int>(seq & 1);
-      cp_async_wait<0>();
       mbarrier_wait(&full[stage], static_cast<uint32_t>(seq >> 1) & 1u);
-      fence_proxy_async();  // cp.async writes -> visible to wgmma's reads
       __syncthreads();      // item seq has landed for all; everybody is done with item seq - 1's slot
       const unsigned mask = __shfl_sync(0xffffffffu, stage ? slot_mask[1] : slot_mask[0], 0);  // uniform, see wg
       const bool mine = (mask >> (2 * wg)) & 3u;  // this warpgroup has a block of the item
@@ -235,10 +243,9 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
       // first taps' wgmmas run: its table row's latency hides behind them.
       more = more && cursor.settle(on_unit);
       if (more) {
-        const unsigned next_mask = issue_load(stage ^ 1);
+        const unsigned next_mask = issue_load(cursor, stage ^ 1);
         if (stage) slot_mask[0] = next_mask; else slot_mask[1] = next_mask;
       }
-      cp_async_commit();
       wgmma_wait<0>();
       if (mine) {
         for (int t = TAPS_PER_WAIT; t < taps; t += TAPS_PER_WAIT) {
@@ -288,7 +295,6 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const ConvStripPar
           *reinterpret_cast<const uint4*>(cs + pixel * Cfg::kLdS + c);
     }
   }
-  cp_async_wait<0>();  // (nothing is pending: the loader stops with the last unit)
 }
 
 }  // namespace jbs

@@ -15,7 +15,6 @@
 #include "conv/bsconv_halo_ss_kernel.cuh"
 #include "conv/bsconv_row_group_dw_kernel.cuh"
 #include "conv/bsconv_strip_kernel.cuh"
-#include "conv/bsconv_tap_pair_kernel.cuh"
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
@@ -738,17 +737,18 @@ struct ConvStripShape {
   int taps_per_wait = 0;  // 3 or 2
 };
 
-// The strip halo (conv/strip_halo.cuh) of `strips` strips of R rows: false where the
-// taps reach more than 8 pixels left and right together, or a thread would need more
-// than max_copies copies, or a strip more than 255 halo rows.
-inline bool strip_halo_shape(const RowGather& g, int R, int strips, int bs, int threads, int max_copies,
-                             StripHaloShape* s) {
+// The strip halo (conv/strip_halo.cuh) of `strips` strips of R rows, and its TMA map of
+// the activations `a.in` (channels, width, height, images, weight groups; a broadcast
+// operand is one group): false where the taps reach more than 8 pixels left and right
+// together, a strip has more than 255 halo rows (a TMA box dimension), or the driver
+// refuses the map.
+inline bool strip_halo_shape(const BsmmBlocksArgs& a, int R, int strips, StripHaloShape* s, CUtensorMap* map) {
+  const RowGather& g = a.gather;
   const TapReach reach = tap_reach(g);
   const int left = reach.left(), right = reach.right();
   if (left + right > 8 || reach.ow_max < -8 || reach.ow_min > 8) return false;
   const int64_t band_rows = int64_t{R} + reach.above() + reach.below();
-  const int64_t copies = strips * band_rows * (8 + left + right) * (bs / 8);
-  if (copies > int64_t{max_copies} * threads || band_rows > 255) return false;
+  if (band_rows > 255) return false;
   s->top = reach.above();
   s->band_rows = static_cast<int>(band_rows);
   s->left = left;
@@ -756,8 +756,17 @@ inline bool strip_halo_shape(const RowGather& g, int R, int strips, int bs, int 
   s->row_slots = 8 + left + right;
   s->band_slots = static_cast<int>((band_rows * s->row_slots + 7) / 8 * 8);
   s->plane_slots = strips * s->band_slots;
-  s->halo_copies = static_cast<int>(copies);
-  return true;
+  const bool broadcast = a.in_group_stride == 0 || a.groups == 1;
+  s->group_step = broadcast ? 0 : 1;
+  const uint64_t images = static_cast<uint64_t>(a.rows / g.row_pixels());
+  const uint64_t pixel_bytes = static_cast<uint64_t>(a.in_cols) * 2;
+  const uint64_t image_bytes = static_cast<uint64_t>(g.row_pixels()) * pixel_bytes;
+  const uint64_t dims[5] = {static_cast<uint64_t>(a.in_cols), static_cast<uint64_t>(g.rows_w),
+                            static_cast<uint64_t>(g.rows_h), images, broadcast ? 1u : static_cast<uint64_t>(a.groups)};
+  const uint64_t strides[4] = {pixel_bytes, g.rows_w * pixel_bytes, image_bytes,
+                               broadcast ? image_bytes * images : static_cast<uint64_t>(a.in_group_stride) * 2};
+  const uint32_t box[5] = {8, static_cast<uint32_t>(s->row_slots), static_cast<uint32_t>(band_rows), 1, 1};
+  return encode_tensor_map_16bit(map, a.in, dims, strides, box);
 }
 
 template <typename T, int BS>
@@ -772,10 +781,7 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     shape->taps_per_wait = taps % 3 == 0 ? 3 : taps % 2 == 0 ? 2 : 0;
     if (width % 8 != 0 || shape->strip_rows == 0 || shape->taps_per_wait == 0) return false;
     using Cfg32 = ConvStripConfig<T, 32>;
-    if (!strip_halo_shape(g, shape->strip_rows, 32 / shape->strip_rows, BS, Cfg32::kThreads, Cfg32::kMaxCopies,
-                          &hp->halo)) {
-      return false;
-    }
+    if (!strip_halo_shape(a, shape->strip_rows, 32 / shape->strip_rows, &hp->halo, &hp->halo_map)) return false;
     const int slots = hp->halo.plane_slots;
     const int64_t smem = shape->strip_rows == 32 ? Cfg32::smem_bytes(taps, slots)
                                                  : ConvStripConfig<T, 16>::smem_bytes(taps, slots);
@@ -827,151 +833,6 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, cudaStream_t stre
   }
 }
 
-// The conv tap pair kernel (conv/bsconv_tap_pair_kernel.cuh) can take the strip kernel's
-// bs 32 convs on images exactly 16 or 32 rows tall whose filter has two rows of taps
-// or more. It executes fewer MMAs (tap_pair_pays) but measured 0.74-0.96x the strip
-// kernel's speed (benchmarks/NOTES.md, session 17), so it runs only where
-// JBS_CONV_TAP_PAIR=1 asks for it.
-inline int conv_tap_pair_env() { return env_switch("JBS_CONV_TAP_PAIR"); }
-
-// Pairs taps U, V of one filter column with oh(V) = oh(U) + v_rows, v_rows = +-|step_h|,
-// U's oh >= 0 for v_rows > 0 (<= 0 for v_rows < 0): then the rows of V's output that a
-// strip cannot hold are the ones whose activations lie in the zero padding below (above)
-// the image. Takes the sign that pairs more taps; a step is a pair or an unpaired tap.
-inline bool tap_pair_schedule(const RowGather& g, const StripHaloShape& halo, ConvTapPairParams* hp) {
-  const int taps = g.taps_h * g.taps_w;
-  if (g.taps_h < 2 || taps > kTapPairMaxSteps) return false;
-  const int dilation = g.step_h < 0 ? -g.step_h : g.step_h;
-  int best_partner[kTapPairMaxSteps], best_pairs = 0, best_v_rows = 0;
-  for (const int v_rows : {dilation, -dilation}) {
-    int partner[kTapPairMaxSteps];
-    bool used[kTapPairMaxSteps] = {};
-    int pairs = 0;
-    for (int t = 0; t < taps; ++t) partner[t] = -1;
-    // U in order of oh, from the image's edge inwards for this sign: nearest pairs first.
-    for (int i = 0; i < taps; ++i) {
-      const int kh_i = i / g.taps_w, kw = i % g.taps_w;
-      const int kh = (v_rows > 0) == (g.step_h > 0) ? kh_i : g.taps_h - 1 - kh_i;
-      const int u = kh * g.taps_w + kw;
-      const int oh = tap_shift(g, u).oh;
-      if (used[u] || (v_rows > 0 ? oh < 0 : oh > 0)) continue;
-      for (int v = kw; v < taps; v += g.taps_w) {
-        if (!used[v] && v != u && tap_shift(g, v).oh == oh + v_rows) {
-          partner[u] = v, used[u] = used[v] = true, ++pairs;
-          break;
-        }
-      }
-    }
-    if (pairs > best_pairs) {
-      best_pairs = pairs, best_v_rows = v_rows;
-      for (int t = 0; t < taps; ++t) best_partner[t] = partner[t];
-    }
-  }
-  if (best_pairs == 0) return false;
-  bool is_v[kTapPairMaxSteps] = {};
-  for (int t = 0; t < taps; ++t) is_v[best_partner[t] < 0 ? t : best_partner[t]] |= best_partner[t] >= 0;
-  int steps = 0;
-  for (int t = 0; t < taps; ++t) {
-    if (is_v[t]) continue;
-    const TapShift s = tap_shift(g, t);
-    hp->step_b[steps] = halo.tap_slot(s.oh, s.ow);
-    hp->step_u[steps] = t;
-    hp->step_v[steps] = best_partner[t];
-    ++steps;
-  }
-  for (int i = steps; i < kTapPairMaxSteps; ++i) hp->step_b[i] = 0, hp->step_u[i] = hp->step_v[i] = -1;
-  hp->steps = steps;
-  hp->v_rows = best_v_rows;
-  return true;
-}
-
-// Fills the kernel's fields; false where it cannot run. *steps_per_wait: 3, 2 or 1.
-template <typename T, int BS>
-bool conv_tap_pair_geometry(const BsmmBlocksArgs& a, ConvTapPairParams* hp, int* steps_per_wait) {
-  if constexpr (kIs16Bit<T> && BS == 32) {
-    const RowGather& g = a.gather;
-    const int taps = g.taps_h * g.taps_w;
-    int64_t lo = 0, hi = 0;
-    if (!halo_geometry(g, &lo, &hi) || a.offsets == nullptr || a.nnz % taps != 0) return false;
-    const int R = g.rows_h;
-    if ((R != 16 && R != 32) || g.rows_w % 8 != 0) return false;
-    using Cfg32 = ConvTapPairConfig<T, 32>;
-    constexpr int kTmaHalo = 1 << 20;  // (TMA boxes, no per-thread copies: no limit on their number)
-    if (!strip_halo_shape(g, R, 2 * (32 / R), BS, 1, kTmaHalo, &hp->halo) ||
-        !tap_pair_schedule(g, hp->halo, hp)) {
-      return false;
-    }
-    const int slots = hp->halo.plane_slots;
-    const int64_t smem = R == 32 ? Cfg32::smem_bytes(taps, slots) : ConvTapPairConfig<T, 16>::smem_bytes(taps, slots);
-    if (smem > Cfg32::kOptInBytes) return false;
-    // The activations as (channels, width, height, images, weight groups), read in one
-    // strip's halo of one channel plane; a broadcast operand is one group.
-    const int64_t images = a.rows / g.row_pixels();
-    const uint64_t image_bytes = static_cast<uint64_t>(g.row_pixels() * a.in_cols * 2);
-    const bool broadcast = a.in_group_stride == 0 || a.groups == 1;
-    const uint64_t dims[5] = {static_cast<uint64_t>(a.in_cols), static_cast<uint64_t>(g.rows_w),
-                              static_cast<uint64_t>(g.rows_h), static_cast<uint64_t>(images),
-                              broadcast ? 1u : static_cast<uint64_t>(a.groups)};
-    const uint64_t strides[4] = {static_cast<uint64_t>(a.in_cols * 2), static_cast<uint64_t>(g.rows_w * a.in_cols * 2),
-                                 image_bytes, broadcast ? image_bytes * images : static_cast<uint64_t>(a.in_group_stride * 2)};
-    const uint32_t box[5] = {8, static_cast<uint32_t>(hp->halo.row_slots), static_cast<uint32_t>(hp->halo.band_rows), 1, 1};
-    if (!encode_tensor_map_16bit(&hp->halo_map, a.in, dims, strides, box)) return false;
-    hp->halo_group_step = broadcast ? 0 : 1;
-    hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
-    *steps_per_wait = hp->steps % 3 == 0 ? 3 : hp->steps % 2 == 0 ? 2 : 1;
-    return true;
-  }
-  return false;
-}
-
-template <typename T, int BS>
-bool use_conv_tap_pair(const BsmmBlocksArgs& a) {
-  ConvTapPairParams p;
-  int steps_per_wait = 0;
-  const int env = conv_tap_pair_env();
-  if (env != 1 || !use_conv_halo<T, BS>(a) || !conv_tap_pair_geometry<T, BS>(a, &p, &steps_per_wait)) return false;
-  return true;
-}
-
-template <typename T, int BS, bool TRANS>
-cudaError_t launch_conv_tap_pair_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
-  if constexpr (kIs16Bit<T> && BS == 32) {
-    ConvTapPairParams p;
-    int steps_per_wait = 0;
-    static_cast<GroupParams&>(p) = group_params(a);
-    if (!conv_tap_pair_geometry<T, BS>(a, &p, &steps_per_wait)) return cudaErrorNotSupported;  // use_... said yes
-    // The one-column tables: a unit is (pair of 256-pixel tiles, output block column).
-    p.group_offsets = a.offsets;
-    p.group_items = a.items;
-    p.num_groups = static_cast<int>(a.out_cols / BS);
-    p.units = p.num_groups * ((a.rows + 511) / 512);
-    const int64_t ctas = p.units < a.num_sms ? p.units : a.num_sms;
-    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
-    const int taps = static_cast<int>(a.gather.taps());
-    auto launch = [&](auto r_c, auto spw_c) {
-      constexpr int R = decltype(r_c)::value;
-      using Cfg = ConvTapPairConfig<T, R>;
-      const auto kernel = bsconv_tap_pair_kernel<T, R, decltype(spw_c)::value, TRANS>;
-      // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
-      const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
-      if (err != cudaSuccess) return err;
-      return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.plane_slots)), stream, p);
-    };
-    using I32 = std::integral_constant<int, 32>;
-    using I16 = std::integral_constant<int, 16>;
-    using I3 = std::integral_constant<int, 3>;
-    using I2 = std::integral_constant<int, 2>;
-    using I1 = std::integral_constant<int, 1>;
-    const bool tall = a.gather.rows_h == 32;
-    if (steps_per_wait == 3) return tall ? launch(I32{}, I3{}) : launch(I16{}, I3{});
-    if (steps_per_wait == 2) return tall ? launch(I32{}, I2{}) : launch(I16{}, I2{});
-    return tall ? launch(I32{}, I1{}) : launch(I16{}, I1{});
-  } else {
-    return cudaErrorNotSupported;  // unreachable: use_conv_tap_pair() is false for these
-  }
-}
-
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
 // as a compile-time constant.
 template <typename F>
@@ -996,7 +857,6 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
-        if (a.gathered && use_conv_tap_pair<T, BS>(a)) return launch_conv_tap_pair_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_strip<T, BS>(a)) return launch_conv_strip_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo_ss<T, BS>(a)) return launch_conv_halo_ss_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
