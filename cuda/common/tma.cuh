@@ -1,4 +1,4 @@
-// Tiled TMA loads (cp.async.bulk.tensor) of boxes of a 4-D tensor into shared
+// Tiled TMA loads (cp.async.bulk.tensor) of boxes of a 5-D tensor into shared
 // memory, completing on an mbarrier (common/mbarrier.cuh), and the host side
 // that encodes the tensor map.
 //

@@ -1,6 +1,6 @@
-// The halo of the conv kernels whose MMA's N is a strip of pixels 8 wide and R
-// rows tall (conv/bsconv_strip_kernel.cuh), for
-// a stride-1 conv whose output has its input's size.
+// The halo of the conv kernel whose MMA's N is a strip of pixels 8 wide and R
+// rows tall (conv/bsconv_strip_kernel.cuh), for a stride-1 conv whose output has
+// its input's size.
 //
 // A wgmma's B core matrices must lie at one stride, so core matrix j of a strip
 // is image row j of it: 8 consecutive 16-byte slots. The halo holds, per strip,
@@ -19,7 +19,7 @@
 
 namespace jbs {
 
-// Filled by the dispatch (matmul/bsmm_launch.cuh: strip_halo_shape, encode_strip_halo_map).
+// Filled by the dispatch (matmul/bsmm_launch.cuh: strip_halo_shape, which also encodes the TMA map).
 struct StripHaloShape {
   int top;          // halo rows above a strip: max(0, -min oh)
   int band_rows;    // halo rows per strip: R + top + bottom (< 256)

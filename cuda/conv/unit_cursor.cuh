@@ -72,11 +72,10 @@ struct UnitCursor {
 };
 
 // The CTA's units [*first, *end) of the walk over (tile, group) in that order, cut so
-// that every CTA gets the same share of
-// the weight, a unit weighing its group's items + 1 (its epilogue). Dealt out
-// round-robin, a CTA's units left the busiest one with up to ~1.7x the mean items at
-// density 1/8 (benchmarks/NOTES.md, session 17), and the kernel waits for it. Run by
-// one warp, from the group offsets.
+// that every CTA gets the same share of the weight, a unit weighing its group's items
+// + 1 (its epilogue). Dealt out round-robin, the units left the busiest CTA with up to
+// ~1.7x the mean items at density 1/8 (benchmarks/NOTES.md, session 17), and the
+// kernel waits for it. Run by one warp, from the group offsets.
 __device__ __forceinline__ void balanced_unit_range(const GroupParams& p, int taps, int64_t tiles, int lane,
                                                     int64_t* first, int64_t* end) {
   const int groups = p.num_groups;
