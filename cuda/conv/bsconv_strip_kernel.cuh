@@ -11,8 +11,8 @@
 // does 8x the work of one of those, its B operand (the activations) comes from
 // shared memory at half the tensor core's rate, and the weights are the A
 // operand: two raw 32 x 32 blocks per warpgroup, moved by one bulk copy each
-// (no per-thread copy arithmetic) and loaded into registers by ldmatrix, so an
-// absent block is zero registers and costs no memory. The cost: where only one
+// (no per-thread copy arithmetic) and loaded into registers by ldmatrix; an
+// absent block is not copied (its A comes from one zero block). The cost: where only one
 // of a warpgroup's two columns has a block, half its MMA multiplies zeros.
 //
 // The N side: a strip 8 pixels wide and R = 32 (or 16) rows tall, whose halo
@@ -24,12 +24,18 @@
 // are the group's union items (the conv's group tables, tap 0's, as the halo
 // kernels); per item every tap's present blocks arrive by bulk copies and the
 // halo by TMA boxes, all on the slot's mbarrier. The CTAs are persistent, one
-// per SM, each taking a run of units of equal weight (balanced_unit_range), and
-// load one item ahead across their units: a unit's first item loads during
-// the previous unit's last one, and its epilogue (staged in that item's slot)
-// overlaps the next unit's loads. With one CTA per unit, the first load and the
-// epilogue of every CTA were exposed: ~55 us of a 3x3 conv's 262 at density 1/2
-// (benchmarks/NOTES.md, session 15). Taps run in table order: deterministic.
+// per SM, each taking a run of units of equal weight (balanced_unit_range).
+// With one CTA per unit, the first load and the epilogue of every CTA were
+// exposed: ~55 us of a 3x3 conv's 262 at density 1/2 (benchmarks/NOTES.md,
+// session 15). Taps run in table order: deterministic.
+//
+// Warp specialized: a loader warp walks the CTA's items into a ring of 2 slots,
+// each as soon as the two consumer warpgroups have released the slot's previous
+// item (an `empty` mbarrier), across unit boundaries; a unit's epilogue is staged
+// in its last item's slot and releases it after. Before, warp 0 loaded the next
+// item between its own wgmmas, after a CTA barrier per item, and the warps
+// waited 13% of their samples for the item to land and 31% at that barrier
+// (Nsight Compute, benchmarks/NOTES.md, session 18).
 #pragma once
 
 #include <cstdint>
@@ -61,7 +67,17 @@ struct ConvStripConfig {
   static constexpr int kP = 4;            // block columns per group: two per warpgroup
   static constexpr int kN = 8 * R;        // pixels per strip: one wgmma's N
   static constexpr int kStrips = 32 / R;  // per 256-pixel tile
-  static constexpr int kThreads = 256;
+  static constexpr int kConsumerThreads = 256;  // two warpgroups
+  // And a loader warpgroup (one warp loads): a 9th warp alone would cap every thread at
+  // 168 registers (3 warps on one SM sub-partition's 16 K), so the loader's warpgroup
+  // hands its registers to the consumers with setmaxnreg instead. The two counts must
+  // add up to no more than the launch's (384 x 168), or the consumers' .inc waits forever.
+  static constexpr int kThreads = kConsumerThreads + 128;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kLoaderRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static_assert(128 * kLoaderRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg moves registers, it does not add any");
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
   static constexpr int kBlockElems = BS * BS;
@@ -74,20 +90,25 @@ struct ConvStripConfig {
     const int64_t operands = halo_elems(plane_slots) + static_cast<int64_t>(taps) * kTapElems;
     return operands > 256 * kLdS ? operands : 256 * kLdS;
   }
+  // The ring, then one zero block (the A operand of an absent block column).
   static constexpr int64_t smem_bytes(int taps, int plane_slots) {
-    return kStages * slot_elems(taps, plane_slots) * static_cast<int64_t>(sizeof(T));
+    return (kStages * slot_elems(taps, plane_slots) + kBlockElems) * static_cast<int64_t>(sizeof(T));
   }
 };
 
-// TAPS_PER_WAIT (3 or 2) divides the taps (see issue_taps).
+// TAPS_PER_WAIT (3 or 2) divides the taps: the register buffers of A fragments (see
+// run_batch).
 template <typename T, int R, int TAPS_PER_WAIT, bool TRANS>
-__global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_constant__ ConvStripParams p) {
+__global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
+    bsconv_strip_kernel(const __grid_constant__ ConvStripParams p) {
   using Cfg = ConvStripConfig<T, R>;
   constexpr int BS = Cfg::BS;
   constexpr int kP = Cfg::kP;
   constexpr int kN = Cfg::kN;
   constexpr int kStrips = Cfg::kStrips;
-  __shared__ uint64_t full[Cfg::kStages];  // a slot's halo boxes and weight blocks
+  __shared__ uint64_t full[Cfg::kStages];   // a slot's halo boxes and weight blocks have landed
+  __shared__ uint64_t empty[Cfg::kStages];  // the 8 consumer warps are done with a slot
+  __shared__ unsigned slot_mask[Cfg::kStages];  // the slot's item's present columns
   __shared__ int64_t unit_range[2];
   unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
@@ -98,40 +119,59 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_const
   const int64_t halo_elems = Cfg::halo_elems(p.halo.plane_slots);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
-  const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
+  T* const zero_block = smem + Cfg::kStages * slot_elems;
 
+  using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes>;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
+  constexpr int kLoaderWarp = Cfg::kConsumerThreads / 32;
 
-  // This CTA's run of units (conv/unit_cursor.cuh: balanced_unit_range), its loader's
-  // cursor and the strips of the cursor's tile.
-  if (warp == 0) {
+  // This CTA's run of units (conv/unit_cursor.cuh: balanced_unit_range).
+  if (warp == kLoaderWarp) {
     int64_t first = 0, end = 0;
     balanced_unit_range(p, taps, p.units / p.num_groups, lane, &first, &end);
     if (lane == 0) unit_range[0] = first, unit_range[1] = end;
   }
-  using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes>;
-  typename Halo::Pos load_pos[kStrips];
-  auto on_unit = [&](int64_t tile) { Halo::strips_of(g, tile, load_pos); };
-  // Issues the cursor's item into ring slot `stage` and returns its present columns, all by
-  // warp 0 on the slot's barrier: the halo (one TMA box per strip and plane, zeros outside
-  // the image, so a slot never keeps another tile's pixels), and every tap's present
-  // blocks, raw (row-major, BS x BS) at tap t, column q: one bulk copy each.
-  auto issue_load = [&](auto& cursor, int stage) {
-    int row[1 + kP];
-    cursor.row(row);
-    T* const slot = smem + stage * slot_elems;
-    const unsigned mask = present_columns<kP>(row);
-    if (warp == 0) {
+  if (tid == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], Cfg::kConsumerThreads / 32);
+    }
+    mbarrier_init_fence();
+  }
+  for (int i = tid; i < Cfg::kBlockElems / 8; i += Cfg::kThreads) reinterpret_cast<uint4*>(zero_block)[i] = uint4{};
+  __syncthreads();  // barriers initialised, the unit run and the zero block in place
+  const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
+  UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
+
+  if (warp >= kLoaderWarp) {
+    warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
+    if (warp > kLoaderWarp) return;
+    // The loader: item i of the CTA's walk (over all its units) goes to ring slot i & 1
+    // once the consumers have released item i - 2 there. Each item is the halo (one TMA
+    // box per strip and plane, zeros outside the image, so a slot never keeps another
+    // tile's pixels) and every tap's present blocks, raw (row-major, BS x BS) at tap t,
+    // column q: one bulk copy each, all on the slot's full barrier.
+    const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
+    typename Halo::Pos pos[kStrips];
+    auto on_unit = [&](int64_t tile) { Halo::strips_of(g, tile, pos); };
+    int64_t seq = 0;
+    for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit), ++seq) {
+      const int stage = static_cast<int>(seq & 1);
+      int row[1 + kP];
+      cursor.row(row);  // before the wait: its latency hides behind it
+      const unsigned mask = present_columns<kP>(row);
+      if (seq >= Cfg::kStages) mbarrier_wait(&empty[stage], static_cast<uint32_t>((seq >> 1) - 1) & 1u);
+      T* const slot = smem + stage * slot_elems;
       if (lane == 0) {
+        slot_mask[stage] = mask;  // published by the arrival below (release)
         mbarrier_arrive_expect_tx(&full[stage],
                                   Halo::bytes(p.halo) + taps * __popc(mask) * Cfg::kBlockElems * sizeof(T));
       }
       __syncwarp();
-      fence_proxy_async();  // earlier generic accesses of this slot (ordered by the CTA barrier) before the copies
-      Halo::issue(p.halo, &p.halo_map, load_pos, row[0], static_cast<int>(blockIdx.y) * p.halo.group_step, lane, slot,
+      fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
+      Halo::issue(p.halo, &p.halo_map, pos, row[0], static_cast<int>(blockIdx.y) * p.halo.group_step, lane, slot,
                   &full[stage]);
       for (int j = lane; j < taps * kP; j += 32) {
         const int t = j / kP, q = j - t * kP;
@@ -144,25 +184,13 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_const
                         Cfg::kBlockElems * sizeof(T), &full[stage]);
         }
       }
+      ++cursor.item;
     }
-    ++cursor.item;
-    return mask;
-  };
-
-  if (tid == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) mbarrier_init(&full[s], 1);
-    mbarrier_init_fence();
+    return;  // the consumers meet at named barriers of their own 256 threads only
   }
-  __syncthreads();  // barriers initialised, the unit run in place
-  const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
-  UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
+  warpgroup_reg_alloc<Cfg::kConsumerRegs>();
 
-  // Ring slot i & 1 holds the CTA's i-th item (counted over all its units);
-  // slot_mask[s] its present columns.
-  unsigned slot_mask[Cfg::kStages] = {0u, 0u};
-  bool more = cursor.start(on_unit);
-  if (more) slot_mask[0] = issue_load(cursor, 0);
-
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
   // B (the halo) K-major: the next 8 channels one plane further (LBO), the next
   // strip row (core matrix along n) one halo row further (SBO). Offsets in the
   // descriptor's 16-byte units (one slot); shared memory is under 256 KiB, so
@@ -175,6 +203,35 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_const
   const int m_in_block = (warp & 1) * 16;
   const int lr = lane & 7, li = lane >> 3;
 
+  // This warp is done with slot `stage` (its wgmmas drained, or its epilogue read back).
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&empty[stage]);
+  };
+
+  // Unit (tile, group q)'s output: the staged tile cs (pixels x channels, row stride
+  // kLdS), or zeros where cs is null; 16-byte rows to y.
+  auto store_tile = [&](int64_t tile, int q, const T* cs) {
+    const int out_blocks = static_cast<int>(p.out_cols / BS);
+    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
+    T* const out_group =
+        static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + static_cast<int64_t>(q) * kP * BS;
+    constexpr int kVec = 8;
+    typename Halo::Pos out_pos[kStrips];
+    Halo::strips_of(g, tile, out_pos);
+    const int chunks_per_pixel = num_cols * (BS / kVec);
+    for (int idx = tid; idx < 256 * chunks_per_pixel; idx += Cfg::kConsumerThreads) {
+      const int pixel = idx / chunks_per_pixel;
+      const int c = (idx - pixel * chunks_per_pixel) * kVec;
+      const int n = pixel % kN;
+      const typename Halo::Pos pos = Halo::pick(out_pos, pixel / kN);
+      if (pos.image >= images) continue;
+      const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
+      *reinterpret_cast<uint4*>(out_group + row * p.out_cols + c) =
+          cs ? *reinterpret_cast<const uint4*>(cs + pixel * Cfg::kLdS + c) : uint4{};
+    }
+  };
+
   float acc[kStrips][kN / 8][4];
   int64_t seq = 0;  // items computed so far
   for (int64_t unit = first_unit; unit < end_unit; ++unit) {
@@ -186,82 +243,83 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_const
     const int64_t tile = unit / p.num_groups;
     const int q = cursor.group_of(unit);
     const int items = cursor.num_items(unit);
+    if (items == 0) {
+      // No item, no slot of its own (the loader skips the unit): zeros straight to y.
+      store_tile(tile, q, nullptr);
+      continue;
+    }
     for (int i = 0; i < items; ++i, ++seq) {
       const int stage = static_cast<int>(seq & 1);
       mbarrier_wait(&full[stage], static_cast<uint32_t>(seq >> 1) & 1u);
-      __syncthreads();      // item seq has landed for all; everybody is done with item seq - 1's slot
-      const unsigned mask = __shfl_sync(0xffffffffu, stage ? slot_mask[1] : slot_mask[0], 0);  // uniform, see wg
+      const unsigned mask = slot_mask[stage];
       const bool mine = (mask >> (2 * wg)) & 3u;  // this warpgroup has a block of the item
       const bool my_block = (mask >> my_column) & 1u;
       const T* const ws = smem + stage * slot_elems + halo_elems;
       const uint64_t b_item = b_base + stage * slot_units;
 
-      // NTAPS = TAPS_PER_WAIT taps from t: their A fragments, then their wgmmas (the
-      // caller waits). NTAPS divides the taps: a batch with a tap to skip (a branch
-      // between wgmmas), or a second loop for the remainder, made ptxas serialize every
-      // wgmma (C7520).
-      int kh = 0, kw = 0;
-      auto issue_taps = [&](int t) {
-        constexpr int NTAPS = TAPS_PER_WAIT;
-        uint32_t a[NTAPS][2][4];
-        int tap_slots[NTAPS];
+      // The taps run as a pipeline over NTAPS = TAPS_PER_WAIT register buffers of A
+      // fragments: tap t uses buffer t % NTAPS; once tap t is issued, wgmma_wait<1> retires
+      // tap t - 1, whose buffer is refilled with tap t - 1 + NTAPS while tap t runs. So a
+      // warpgroup's taps reach the tensor cores back to back, with no drain but the last.
+      // NTAPS divides the taps: the batch loop has no tap to skip (a branch between wgmmas,
+      // or a second loop for the remainder, made ptxas serialize every wgmma, C7520).
+      constexpr int NTAPS = TAPS_PER_WAIT;
+      uint32_t a[NTAPS][2][4];
+      // An absent block's A is read from the zero block: a choice of address, not of the
+      // loaded values, so nothing waits for the ldmatrix until the wgmma.
+      const T* const a_base = my_block ? ws + my_column * Cfg::kBlockElems : zero_block;
+      const int a_tap_stride = my_block ? kP * Cfg::kBlockElems : 0;
+      auto load_a = [&](uint32_t (&buf)[2][4], int t) {
+        t = t < taps ? t : taps - 1;  // past the last tap: a harmless reload, no branch
+        const T* const blk = a_base + t * a_tap_stride;
 #pragma unroll
-        for (int j = 0; j < NTAPS; ++j) {
-          tap_slots[j] = p.halo.tap_slot(g.off_h + kh * g.step_h, g.off_w + kw * g.step_w);
-          kw = kw + 1 == g.taps_w ? 0 : kw + 1;
-          kh = kw == 0 ? kh + 1 : kh;
-          const T* const blk = ws + ((t + j) * kP + my_column) * Cfg::kBlockElems;
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) {
-            if (!my_block) {
-              a[j][ks][0] = a[j][ks][1] = a[j][ks][2] = a[j][ks][3] = 0u;
-            } else if constexpr (!TRANS) {
-              // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
-              ldsm_x4_t(a[j][ks], blk + (ks * 16 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
-            } else {
-              // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
-              ldsm_x4(a[j][ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + ks * 16 + (li >> 1) * 8);
-            }
+        for (int ks = 0; ks < 2; ++ks) {
+          if constexpr (!TRANS) {
+            // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
+            ldsm_x4_t(buf[ks], blk + (ks * 16 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
+          } else {
+            // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
+            ldsm_x4(buf[ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + ks * 16 + (li >> 1) * 8);
           }
         }
-        wgmma_fence();
+      };
+      auto tap_slot = [&](int t) {
+        const int kh = t / g.taps_w, kw = t - kh * g.taps_w;
+        return p.halo.tap_slot(g.off_h + kh * g.step_h, g.off_w + kw * g.step_w);
+      };
+      // Batch b: taps NTAPS b .. NTAPS b + NTAPS - 1.
+      auto run_batch = [&](int b) {
 #pragma unroll
         for (int j = 0; j < NTAPS; ++j) {
+          const int t = b * NTAPS + j;
+          const uint64_t b_tap = b_item + tap_slot(t);
+          wgmma_fence();
 #pragma unroll
           for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
             for (int s = 0; s < kStrips; ++s) {
-              const uint64_t b = b_item + s * band_slots + tap_slots[j] + ks * 2 * p.halo.plane_slots;
-              wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b);
+              wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b_tap + s * band_slots + ks * 2 * p.halo.plane_slots);
             }
           }
+          wgmma_commit();
+          wgmma_wait<1>();  // tap t - 1 retired: refill its buffer
+          // At t = 0 buffer NTAPS - 1 still waits for its tap: reload that same tap.
+          load_a(a[(j + NTAPS - 1) % NTAPS], t == 0 ? NTAPS - 1 : t - 1 + NTAPS);
         }
-        wgmma_commit();
       };
-      if (mine) issue_taps(0);
-      // The next item's loads (maybe the next unit's first) into the other slot, while the
-      // first taps' wgmmas run: its table row's latency hides behind them.
-      more = more && cursor.settle(on_unit);
-      if (more) {
-        const unsigned next_mask = issue_load(cursor, stage ^ 1);
-        if (stage) slot_mask[0] = next_mask; else slot_mask[1] = next_mask;
-      }
-      wgmma_wait<0>();
       if (mine) {
-        for (int t = TAPS_PER_WAIT; t < taps; t += TAPS_PER_WAIT) {
-          issue_taps(t);
-          wgmma_wait<0>();
-        }
+#pragma unroll
+        for (int j = 0; j < NTAPS; ++j) load_a(a[j], j);
+        for (int b = 0; b * NTAPS < taps; ++b) run_batch(b);
+        wgmma_wait<0>();
       }
+      // A unit's last item keeps its slot for the epilogue, released after it.
+      if (i + 1 < items) release(stage);
     }
-    // (A unit without items loads nothing: the loader skipped it, and the next item is
-    // already on its way, issued by the prologue or by the last item computed.)
-
-    // The epilogue, in the slot of the unit's last item (free once all are past this
-    // barrier; the next item loads into the other one): the tile as pixels x channels
-    // of T, accumulator row m (channel 64 wg + m) and column n of strip s to row
-    // s * kN + n, then 16-byte rows to y.
-    __syncthreads();
+    // The epilogue, in the slot of the unit's last item, which the loader refills only
+    // after its release below: the tile as pixels x channels of T, accumulator row m
+    // (channel 64 wg + m) and column n of strip s to row s * kN + n.
+    named_barrier_sync(1, Cfg::kConsumerThreads);  // both warpgroups are done with the slot's operands
     T* const cs = smem + ((seq + 1) & 1) * slot_elems;
     const int gq = lane >> 2, tq = lane & 3;
     const int m0 = 64 * wg + 16 * (warp & 3) + gq;
@@ -276,24 +334,9 @@ __global__ void __launch_bounds__(256, 1) bsconv_strip_kernel(const __grid_const
         cs[(n + 1) * Cfg::kLdS + m0 + 8] = from_float<T>(acc[s][nt][3]);
       }
     }
-    __syncthreads();
-    const int out_blocks = static_cast<int>(p.out_cols / BS);
-    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
-    T* const out_group = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + static_cast<int64_t>(q) * kP * BS;
-    constexpr int kVec = 8;
-    typename Halo::Pos out_pos[kStrips];
-    Halo::strips_of(g, tile, out_pos);
-    const int chunks_per_pixel = num_cols * (BS / kVec);
-    for (int idx = tid; idx < 256 * chunks_per_pixel; idx += Cfg::kThreads) {
-      const int pixel = idx / chunks_per_pixel;
-      const int c = (idx - pixel * chunks_per_pixel) * kVec;
-      const int n = pixel % kN;
-      const typename Halo::Pos pos = Halo::pick(out_pos, pixel / kN);
-      if (pos.image >= images) continue;
-      const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
-      *reinterpret_cast<uint4*>(out_group + row * p.out_cols + c) =
-          *reinterpret_cast<const uint4*>(cs + pixel * Cfg::kLdS + c);
-    }
+    named_barrier_sync(1, Cfg::kConsumerThreads);
+    store_tile(tile, q, cs);
+    release(static_cast<int>((seq + 1) & 1));
   }
 }
 
