@@ -32,12 +32,12 @@ struct BandHaloShape {
   int band_rows;    // rows of one image's band: image_rows + top + bottom (< 256)
   int image_rows;   // rows of one image in a tile: min(256 / W, H)
   int plane_slots;  // 16-byte slots of one channel plane (a multiple of 8)
-  int halo_copies;  // 16-byte copies of a tile's halo: bands x band_rows x W x planes (<= 2048,
-                    // and a whole number of warps' copies within that)
+  int halo_copies;  // 16-byte copies of a tile's halo: bands x band_rows x W x planes (a
+                    // whole number of warps' copies within kBandMaxHaloCopies)
 };
 
 constexpr int kBandPad = 8;        // zero slots before each image row: column shifts up to 8
-constexpr int kBandMaxCopies = 8;  // a thread's halo copies, kept in registers
+constexpr int kBandMaxHaloCopies = 2048;  // a tile's; NTHREADS copiers keep theirs in registers
 
 // Slot (in one plane) of the tile's pixel in image row `tile_row` of the tile, column x.
 __device__ __forceinline__ int band_slot(const BandHaloShape& s, int width, int tile_row, int x) {
@@ -49,7 +49,8 @@ __device__ __forceinline__ int band_slot(const BandHaloShape& s, int width, int 
 template <typename T, int PLANES, int NTHREADS>
 struct BandHalo {
   static_assert(PLANES <= 4, "two bits of plane per copy");
-  int copy_of[kBandMaxCopies];  // plane | x << 2 | y << 8 | band << 16; -1: none
+  static constexpr int kCopies = kBandMaxHaloCopies / NTHREADS;  // per thread
+  int copy_of[kCopies];  // plane | x << 2 | y << 8 | band << 16; -1: none
   int64_t image0 = 0;           // the tile's first image ...
   int h0 = 0;                   // ... and its first row there
 
@@ -63,7 +64,7 @@ struct BandHalo {
     constexpr int kPixelsPerWarp = 32 / PLANES;
     const int pixels = s.halo_copies / PLANES;
 #pragma unroll
-    for (int k = 0; k < kBandMaxCopies; ++k) {
+    for (int k = 0; k < kCopies; ++k) {
       const int idx = tid + k * NTHREADS;
       const int lane = idx % 32;
       const int pixel = idx / 32 * kPixelsPerWarp + lane % kPixelsPerWarp;
@@ -89,10 +90,15 @@ struct BandHalo {
     const int64_t plane_elems = static_cast<int64_t>(s.plane_slots) * 8;
     const int row_slots = width + kBandPad;
 #pragma unroll
-    for (int k = 0; k < kBandMaxCopies; ++k) {
-      if (copy_of[k] < 0) continue;
-      const int plane = copy_of[k] & 3, x = (copy_of[k] >> 2) & 63, y = (copy_of[k] >> 8) & 255;
-      const int band = copy_of[k] >> 16;
+    for (int k = 0; k < kCopies; ++k) {
+      int copy = copy_of[k];
+      // Opaque to the compiler: it decodes the copy here, for every tile, rather than hoist
+      // the decoded fields of all copies out of the caller's loop over tiles, which spilled a
+      // 128-thread loader's registers (bsconv_row_group_dw_kernel.cuh at bs 32, session 18).
+      asm volatile("" : "+r"(copy));
+      if (copy < 0) continue;
+      const int plane = copy & 3, x = (copy >> 2) & 63, y = (copy >> 8) & 255;
+      const int band = copy >> 16;
       const int h = h0 + y - s.top;
       const int64_t n = ((image0 + band) * height + h) * width + x;
       const bool inside = h >= 0 && h < height && n < rows;

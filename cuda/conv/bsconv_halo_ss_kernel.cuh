@@ -18,9 +18,10 @@
 // 2 wg + 1, numbered row-major over the tile's (256 / W / 8) x (W / 8) squares;
 // the epilogue stages the whole 256-row tile in pixel order. Work unit = (row
 // tile, column group), walked by persistent CTAs, one per SM, each taking a run of
-// units of equal weight, that load one item ahead across their units, as the strip
-// kernel's (conv/bsconv_strip_kernel.cuh): with one CTA per unit, every CTA's first
-// load and epilogue were exposed.
+// units of equal weight, warp specialized as the strip kernel's
+// (conv/bsconv_strip_kernel.cuh): a loader warpgroup's cp.asyncs fill a ring of
+// two slots, each item as soon as the consumers release the slot (`empty`), and
+// arrive on the slot's `full` mbarrier, across unit boundaries.
 // Everything else — the conv's group tables walked as tap 0's union items, two
 // ring slots, the taps' weight blocks (conv/tap_blocks.cuh), bs 32 one m64 x 32
 // wgmma per present block and bs 16 one zero-filled m64 x 128 — is the halo
@@ -32,6 +33,7 @@
 #include <type_traits>
 
 #include "common/dtype.cuh"
+#include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
@@ -54,11 +56,19 @@ struct ConvHaloSsConfig {
   static_assert(kIs16Bit<T> && (BS == 16 || BS == 32), "conv halo ss kernel: 16-bit types, blocks of 16 or 32");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
-  static constexpr int kThreads = 256;
+  static constexpr int kConsumerThreads = 256;  // two warpgroups
+  static constexpr int kLoaderThreads = 128;    // one warpgroup
+  static constexpr int kThreads = kConsumerThreads + kLoaderThreads;
+  // setmaxnreg moves the loaders' registers to the consumers; the sum must stay within
+  // the launch's (384 x 168), or the consumers' .inc waits forever.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kLoaderRegs = 104;
+  static constexpr int kConsumerRegs = 200;
+  static_assert(kLoaderThreads * kLoaderRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg moves registers, it does not add any");
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
   static constexpr bool kDenseN = BS == 16;  // as the halo kernel
-  static constexpr bool kInterleaveCopies = !kDenseN;
   static constexpr int kTapElems = kP * BS * BS;
   static constexpr int kLdS = kP * BS + 8;  // the epilogue's staged tile: 256 pixels x 128 channels of T
   static constexpr int kOptInBytes = 226 * 1024;  // as the halo kernel
@@ -75,7 +85,8 @@ struct ConvHaloSsConfig {
 };
 
 template <typename T, int BS, bool TRANS>
-__global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSsParams p) {
+__global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
+    bsconv_halo_ss_kernel(const ConvHaloSsParams p) {
   using Cfg = ConvHaloSsConfig<T, BS>;
   constexpr int kP = Cfg::kP;
   constexpr int kTN = Cfg::kTN;
@@ -91,15 +102,15 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
   const T* const in_group = static_cast<const T*>(p.in) + blockIdx.y * p.in_group_stride;
   const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
 
+  __shared__ uint64_t full[Cfg::kStages];   // a slot's copies have landed, and its mask is set
+  __shared__ uint64_t empty[Cfg::kStages];  // the 8 consumer warps are done with a slot
+  __shared__ unsigned slot_mask[Cfg::kStages];  // the slot's item's present columns
+  __shared__ int64_t unit_range[2];
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  // Broadcast so that the compiler knows it is warp-uniform: the descriptors built
-  // from it then stay in uniform registers instead of a move per wgmma.
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
 
   // This CTA's run of units (conv/unit_cursor.cuh: balanced_unit_range).
-  __shared__ int64_t unit_range[2];
   if (warp == 0) {
     int64_t first = 0, end = 0;
     balanced_unit_range(p, taps, p.units / p.num_groups, lane, &first, &end);
@@ -112,25 +123,50 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) reinterpret_cast<uint4*>(smem + s * slot_elems)[i] = make_uint4(0, 0, 0, 0);
   }
+  if (tid == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(&full[s], Cfg::kLoaderThreads + 1);  // every loader's cp.asyncs, and the mask
+      mbarrier_init(&empty[s], Cfg::kConsumerThreads / 32);
+    }
+    mbarrier_init_fence();
+  }
   __syncthreads();  // the zeros before any copy into the same slots (racecheck found them racing); the unit run
   const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
-
-  // The loader's cursor (conv/unit_cursor.cuh), whose table row is `next` once read, and
-  // this thread's copies of the halo of its unit's tile.
   UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
-  BandHalo<T, Cfg::kPlanes, Cfg::kThreads> halo(p.band, width, tid);
-  auto on_unit = [&](int64_t tile) { halo.set_tile(tile, width, height); };
-  auto load_halo = [&](T* dst, int block) {
-    halo.issue(dst, in_group + static_cast<int64_t>(block) * BS, p.band, width, height, p.rows, p.in_cols);
-  };
-  // One tap's P blocks (conv/tap_blocks.cuh), of the item last given to copies.for_item.
-  TapBlockCopies<T, BS, TRANS, Cfg::kDenseN, Cfg::kThreads> copies(tid);
-  auto load_tap = [&](T* dst, int shift) { copies.issue(dst, w, shift); };
-  auto load_whole_item = [&](T* slot, const int (&row)[1 + kP]) {
-    load_halo(slot, row[0]);
-    for (int t = 0; t < taps; ++t) load_tap(slot + halo_elems + t * Cfg::kTapElems, t * p.nnz_per_tap);
-  };
-  auto mask_of = [](const int (&row)[1 + kP]) { return present_columns<kP>(row); };
+
+  if (tid >= Cfg::kConsumerThreads) {
+    // The loader: item i of the CTA's walk (over all its units) into ring slot i & 1 once
+    // the consumers have released item i - 2 there (a fresh barrier's wait on parity 1
+    // returns at once): its halo and every tap's P blocks (conv/tap_blocks.cuh).
+    warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
+    const int ltid = tid - Cfg::kConsumerThreads;
+    BandHalo<T, Cfg::kPlanes, Cfg::kLoaderThreads> halo(p.band, width, ltid);
+    TapBlockCopies<T, BS, TRANS, Cfg::kDenseN, Cfg::kLoaderThreads> copies(ltid);
+    auto on_unit = [&](int64_t tile) { halo.set_tile(tile, width, height); };
+    int64_t seq = 0;
+    for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit), ++seq) {
+      const int stage = static_cast<int>(seq & 1);
+      int row[1 + kP];
+      cursor.row(row);  // before the wait: its latency hides behind it
+      copies.for_item(row);
+      mbarrier_wait(&empty[stage], static_cast<uint32_t>((seq >> 1) & 1) ^ 1u);
+      T* const slot = smem + stage * slot_elems;
+      halo.issue(slot, in_group + static_cast<int64_t>(row[0]) * BS, p.band, width, height, p.rows, p.in_cols);
+      for (int t = 0; t < taps; ++t) copies.issue(slot + halo_elems + t * Cfg::kTapElems, w, t * p.nnz_per_tap);
+      cp_async_arrive_noinc(&full[stage]);
+      if (ltid == 0) {
+        slot_mask[stage] = present_columns<kP>(row);
+        mbarrier_arrive(&full[stage]);  // release: the mask
+      }
+      ++cursor.item;
+    }
+    cp_async_wait<0>();
+    return;  // the consumers meet at named barriers of their own 256 threads only
+  }
+  warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+  // Broadcast so that the compiler knows it is warp-uniform: the descriptors built
+  // from it then stay in uniform registers instead of a move per wgmma.
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
 
   // This warpgroup's two 8 x 8 pixel squares: their first tile image row and pixel,
   // and the slot of their first pixel in the halo (tap (0, 0)).
@@ -143,23 +179,6 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
     square_x[h] = (q % squares_per_row) * 8;
     square_slot[h] = band_slot(p.band, width, square_row[h], square_x[h]);
   }
-
-  // Ring slot seq & 1 holds the CTA's seq-th item (counted over all its units);
-  // slot_mask[s] its present columns. `next` is the cursor's row, read one item
-  // ahead of its loads, so issuing them never waits on the table.
-  unsigned slot_mask[Cfg::kStages] = {0u, 0u};
-  int next[1 + kP];
-  bool have_next = cursor.start(on_unit);
-  if (have_next) {
-    cursor.row(next);
-    copies.for_item(next);
-    load_whole_item(smem, next);
-    slot_mask[0] = mask_of(next);
-    ++cursor.item;
-    have_next = cursor.settle(on_unit);
-    if (have_next) cursor.row(next);
-  }
-  cp_async_commit();
 
   // Descriptors (common/wgmma.cuh), advanced in their address field, which counts
   // 16-byte units (one halo slot); shared memory is under 256 KiB, so adding to the
@@ -184,6 +203,30 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
   // kDenseN: one m64 x 128 accumulator per square; otherwise one m64 x BS per block column.
   constexpr int kCols = Cfg::kDenseN ? 1 : kP;
   constexpr int kN = Cfg::kDenseN ? 128 : BS;
+  // This warp is done with slot `stage` (its wgmmas drained, or its epilogue read back).
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&empty[stage]);
+  };
+  // Unit (tile, group q)'s output: the staged tile cs (rows of kLdS), or zeros where cs
+  // is null; 16-byte rows to y.
+  auto store_tile = [&](int64_t tile, int q, const T* cs) {
+    const int64_t n0 = tile * kTN;
+    const int valid_rows = static_cast<int>(p.rows - n0 < kTN ? p.rows - n0 : kTN);
+    const int out_blocks = static_cast<int>(p.out_cols / BS);
+    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
+    T* const out = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + n0 * p.out_cols +
+                   static_cast<int64_t>(q) * kP * BS;
+    constexpr int kVec = 8;
+    const int chunks_per_row = num_cols * (BS / kVec);
+    for (int idx = tid; idx < valid_rows * chunks_per_row; idx += Cfg::kConsumerThreads) {
+      const int r = idx / chunks_per_row;
+      const int c = (idx - r * chunks_per_row) * kVec;
+      *reinterpret_cast<uint4*>(out + r * p.out_cols + c) =
+          cs ? *reinterpret_cast<const uint4*>(cs + r * Cfg::kLdS + c) : uint4{};
+    }
+  };
+
   float acc[2][kCols][kN / 8][4];
   int64_t seq = 0;  // items computed so far
   for (int64_t unit = first_unit; unit < end_unit; ++unit) {
@@ -200,22 +243,16 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
     const int64_t tile = unit / p.num_groups;
     const int q = cursor.group_of(unit);
     const int items = cursor.num_items(unit);
+    if (items == 0) {
+      // No item, no slot of its own (the loader skips the unit): zeros straight to y.
+      store_tile(tile, q, nullptr);
+      continue;
+    }
     for (int i = 0; i < items; ++i, ++seq) {
       const int stage = static_cast<int>(seq & 1);
-      cp_async_wait<0>();
-      fence_proxy_async();  // cp.async and zero writes -> visible to wgmma's reads
-      __syncthreads();      // item seq has landed for all; everybody is done with item seq - 1's slot
-      const unsigned mask = __shfl_sync(0xffffffffu, stage ? slot_mask[1] : slot_mask[0], 0);  // uniform, see wg
-      // The cursor's item (maybe the next unit's first) loads into the other slot during this one.
-      const bool load = have_next;
-      T* const next_slot = smem + (stage ^ 1) * slot_elems;
-      if (load) {
-        const unsigned next_mask = mask_of(next);
-        if (stage) slot_mask[0] = next_mask; else slot_mask[1] = next_mask;
-        copies.for_item(next);
-        if (!Cfg::kInterleaveCopies) load_whole_item(next_slot, next);
-      }
-
+      mbarrier_wait(&full[stage], static_cast<uint32_t>(seq >> 1) & 1u);
+      fence_proxy_async();  // the landed cp.async writes -> visible to wgmma's reads
+      const unsigned mask = __shfl_sync(0xffffffffu, slot_mask[stage], 0);  // uniform, see wg
       const uint32_t slot = stage * slot_units;
       const uint64_t a_item[2] = {a_base + slot + square_slot[0], a_base + slot + square_slot[1]};
       const uint64_t b_item = b_base + slot + halo_units;
@@ -242,30 +279,17 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
           }
         }
         wgmma_commit();
-        // The next item's copies (its halo, then two taps' worth per tap) while the wgmmas run.
-        if (Cfg::kInterleaveCopies && load) {
-          if (t == 0) load_halo(next_slot, next[0]);
-          for (int u = 2 * t; u < 2 * t + 2 && u < taps; ++u) {
-            load_tap(next_slot + halo_elems + u * Cfg::kTapElems, u * p.nnz_per_tap);
-          }
-        }
       }
       wgmma_wait<0>();
-      if (load) {  // the cursor on, and its row read while this item's slot drains
-        ++cursor.item;
-        have_next = cursor.settle(on_unit);
-        if (have_next) cursor.row(next);
-      }
-      cp_async_commit();
+      // A unit's last item keeps its slot for the epilogue, released after it.
+      if (i + 1 < items) release(stage);
     }
-    // (A unit without items loads nothing: the loader skipped it, and the next item is
-    // already on its way. Its output is zeros.)
 
-    // The epilogue, staged as T in the weights' place of the unit's last item's slot
-    // (free once all are past this barrier; the next item loads into the other one):
-    // row i of a square's m64 accumulator is tile row (square_row + i / 8) * W +
-    // square_x + i % 8 (warp w holds i = 16 (w % 4) + lane / 4 + {0, 8}).
-    __syncthreads();
+    // The epilogue, staged as T in the weights' place of the unit's last item's slot,
+    // which the loader refills only after its release below: row i of a square's m64
+    // accumulator is tile row (square_row + i / 8) * W + square_x + i % 8 (warp w holds
+    // i = 16 (w % 4) + lane / 4 + {0, 8}).
+    named_barrier_sync(1, Cfg::kConsumerThreads);  // both warpgroups are done with the slot's operands
     T* const cs = smem + ((seq + 1) & 1) * slot_elems + halo_elems;
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -285,22 +309,10 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_ss_kernel(const ConvHaloSs
         }
       }
     }
-    __syncthreads();
-    const int64_t n0 = tile * kTN;
-    const int valid_rows = static_cast<int>(p.rows - n0 < kTN ? p.rows - n0 : kTN);
-    const int out_blocks = static_cast<int>(p.out_cols / BS);
-    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
-    T* const out = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + n0 * p.out_cols +
-                   static_cast<int64_t>(q) * kP * BS;
-    constexpr int kVec = 8;
-    const int chunks_per_row = num_cols * (BS / kVec);
-    for (int idx = tid; idx < valid_rows * chunks_per_row; idx += Cfg::kThreads) {
-      const int r = idx / chunks_per_row;
-      const int c = (idx - r * chunks_per_row) * kVec;
-      *reinterpret_cast<uint4*>(out + r * p.out_cols + c) = *reinterpret_cast<const uint4*>(cs + r * Cfg::kLdS + c);
-    }
+    named_barrier_sync(1, Cfg::kConsumerThreads);
+    store_tile(tile, q, cs);
+    release(static_cast<int>((seq + 1) & 1));
   }
-  cp_async_wait<0>();  // (nothing is pending: the loader stops with the last unit)
 }
 
 }  // namespace jbs

@@ -17,7 +17,10 @@
 //
 // CTA = (row group, group of the batch, row split z): split z walks its share of
 // the 256-pixel tiles through a ring of kStages (dy's 256 x 64 tile and the
-// halo) with one CTA barrier per tile. Warpgroup wg takes the tile's k-steps
+// halo), warp specialized: a loader warpgroup's cp.asyncs arrive on a stage's
+// `full` mbarrier, the two consumer warpgroups release it on `empty`. (With one
+// CTA barrier per tile and all 256 threads copying, ~2300 of a tile's ~5300
+// cycles were MMA: benchmarks/NOTES.md, sessions 16 and 18.) Warpgroup wg takes the tile's k-steps
 // 8 wg .. 8 wg + 7; at the end warpgroup 1's accumulators are added to
 // warpgroup 0's in shared memory, and row splits go through `partials` as in
 // bsmm_dw_kernel.cuh: every sum has a fixed order, so the result is bitwise
@@ -27,6 +30,7 @@
 #include <cstdint>
 
 #include "common/dtype.cuh"
+#include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
 #include "common/wgmma.cuh"
@@ -48,7 +52,17 @@ struct ConvRowGroupDwConfig {
   static_assert(kIs16Bit<T> && (BS_ == 16 || BS_ == 32), "conv row group dw kernel: 16-bit types, bs 16 or 32");
   static constexpr int BS = BS_;
   static constexpr int kGroup = 64 / BS;  // blocks on an MMA's M
-  static constexpr int kThreads = 256;
+  static constexpr int kConsumerThreads = 256;  // two warpgroups
+  static constexpr int kLoaderThreads = 128;    // one warpgroup
+  static constexpr int kThreads = kConsumerThreads + kLoaderThreads;
+  // setmaxnreg moves the loaders' registers to the consumers; the sum must stay within
+  // the launch's (384 x 168), or the consumers' .inc waits forever. The consumers' 9 taps
+  // of bs 32 accumulators take 144: at 184 ptxas serialized their wgmmas (C7512).
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kLoaderRegs = 104;
+  static constexpr int kConsumerRegs = 200;
+  static_assert(kLoaderThreads * kLoaderRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg moves registers, it does not add any");
   static constexpr int kTN = 256;      // pixels per tile
   static constexpr int kStages = 3;
   static constexpr int kPlanes = BS / 8;
@@ -67,7 +81,8 @@ struct ConvRowGroupDwConfig {
 
 // TAPS: the filter's taps (its accumulators are TAPS x m64 x BS).
 template <typename T, int BS, int TAPS>
-__global__ void __launch_bounds__(256, 1) bsconv_row_group_dw_kernel(const ConvRowGroupDwParams p) {
+__global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
+    bsconv_row_group_dw_kernel(const ConvRowGroupDwParams p) {
   using Cfg = ConvRowGroupDwConfig<T, BS>;
   constexpr int kGroup = Cfg::kGroup;
   constexpr int kStages = Cfg::kStages;
@@ -78,10 +93,11 @@ __global__ void __launch_bounds__(256, 1) bsconv_row_group_dw_kernel(const ConvR
   const int width = g.rows_w, height = g.rows_h;
   const int64_t stage_elems = Cfg::stage_elems(p.band.plane_slots);
 
+  __shared__ uint64_t full[kStages];   // a stage's copies have landed (one arrival per loader thread)
+  __shared__ uint64_t empty[kStages];  // the 8 consumer warps are done with a stage
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
   const int64_t grp = blockIdx.y;
   const int32_t* const row_group = p.row_groups + static_cast<int64_t>(blockIdx.x) * kGroup;
   const int first_block = __ldg(row_group);
@@ -101,36 +117,50 @@ __global__ void __launch_bounds__(256, 1) bsconv_row_group_dw_kernel(const ConvR
       halo[i] = make_uint4(0, 0, 0, 0);
     }
   }
-  __syncthreads();  // the zeros before any copy into the same stages
-
-  BandHalo<T, Cfg::kPlanes, Cfg::kThreads> halo(p.band, width, tid);
-  // dy's tile: 256 pixels x 64 channels (the group's columns, zeros past its last block),
-  // 8 copies per thread: chunk idx = tid + 256 j: pixel idx / 8, channels (idx % 8) * 8.
-  const int chunk = tid & 7;
-  const int member_block = __ldg(row_group + chunk / (BS / 8));
-  const bool chunk_present = member_block >= 0;
-  const T* const dy_chunk =
-      dy_group + (chunk_present ? static_cast<int64_t>(__ldg(p.items + 2 * member_block + 1)) * BS : 0) +
-      (chunk % (BS / 8)) * 8;
-  auto load_stage = [&](int stage, int64_t tile) {
-    T* const dys = smem + stage * stage_elems;
-    const int64_t n0 = tile * kTN;
-#pragma unroll
-    for (int j = 0; j < kTN * 8 / Cfg::kThreads; ++j) {
-      const int pixel = (tid >> 3) + j * (Cfg::kThreads / 8);
-      const bool copied = chunk_present && n0 + pixel < p.rows;
-      cp_async_16(dys + pixel * Cfg::kLdDy + chunk * 8, dy_chunk + (copied ? (n0 + pixel) * p.dy_cols : 0),
-                  copied ? 16 : 0);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], Cfg::kLoaderThreads);
+      mbarrier_init(&empty[s], Cfg::kConsumerThreads / 32);
     }
-    halo.set_tile(tile, width, height);
-    halo.issue(dys + Cfg::kDyElems, x_col, p.band, width, height, p.rows, p.x_cols);
-  };
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_stage(s, first_tile + s);
-    cp_async_commit();
+    mbarrier_init_fence();
   }
+  __syncthreads();  // the zeros before any copy into the same stages; the barriers
+
+  if (tid >= Cfg::kConsumerThreads) {
+    // The loader: tile c into stage c % kStages once the consumers have released tile
+    // c - kStages there (a fresh barrier's wait on parity 1 returns at once).
+    warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
+    const int ltid = tid - Cfg::kConsumerThreads;
+    BandHalo<T, Cfg::kPlanes, Cfg::kLoaderThreads> halo(p.band, width, ltid);
+    // dy's tile: 256 pixels x 64 channels (the group's columns, zeros past its last block),
+    // 16 copies per thread: chunk idx = ltid + 128 j: pixel idx / 8, channels (idx % 8) * 8.
+    const int chunk = ltid & 7;
+    const int member_block = __ldg(row_group + chunk / (BS / 8));
+    const bool chunk_present = member_block >= 0;
+    const T* const dy_chunk =
+        dy_group + (chunk_present ? static_cast<int64_t>(__ldg(p.items + 2 * member_block + 1)) * BS : 0) +
+        (chunk % (BS / 8)) * 8;
+    for (int64_t c = 0; c < num_tiles; ++c) {
+      const int stage = static_cast<int>(c % kStages);
+      mbarrier_wait(&empty[stage], static_cast<uint32_t>((c / kStages) & 1) ^ 1u);
+      T* const dys = smem + stage * stage_elems;
+      const int64_t n0 = (first_tile + c) * kTN;
+#pragma unroll
+      for (int j = 0; j < kTN * 8 / Cfg::kLoaderThreads; ++j) {
+        const int pixel = (ltid >> 3) + j * (Cfg::kLoaderThreads / 8);
+        const bool copied = chunk_present && n0 + pixel < p.rows;
+        cp_async_16(dys + pixel * Cfg::kLdDy + chunk * 8, dy_chunk + (copied ? (n0 + pixel) * p.dy_cols : 0),
+                    copied ? 16 : 0);
+      }
+      halo.set_tile(first_tile + c, width, height);
+      halo.issue(dys + Cfg::kDyElems, x_col, p.band, width, height, p.rows, p.x_cols);
+      cp_async_arrive_noinc(&full[stage]);
+    }
+    cp_async_wait<0>();
+    return;
+  }
+  warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
 
   // B = x_t (k = pixel, n = channel of block row c), N-major: a core matrix is 8
   // consecutive pixel slots of one plane; the next 8 pixels of a k-step are 8 slots
@@ -165,21 +195,16 @@ __global__ void __launch_bounds__(256, 1) bsconv_row_group_dw_kernel(const ConvR
 #pragma unroll
     for (int nt = 0; nt < BS / 8; ++nt) acc[t][nt][0] = acc[t][nt][1] = acc[t][nt][2] = acc[t][nt][3] = 0.f;
   }
-  int read_stage = 0;
-  int write_stage = kStages - 1;
   for (int64_t c = 0; c < num_tiles; ++c) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();  // cp.async writes -> visible to wgmma's reads
-    __syncthreads();      // tile c has landed for all; everybody is done with tile c - 1's stage
-    if (c + kStages - 1 < num_tiles) load_stage(write_stage, first_tile + c + kStages - 1);
-    cp_async_commit();
-
+    const int read_stage = static_cast<int>(c % kStages);
+    mbarrier_wait(&full[read_stage], static_cast<uint32_t>((c / kStages) & 1));
+    fence_proxy_async();  // the landed cp.async writes -> visible to wgmma's reads
     const T* const dys = smem + read_stage * stage_elems;
     const uint64_t b_stage = b_base + read_stage * stage_units + kDyUnits;
     // Four batches of two k-steps, each TAPS wgmmas per k-step. A batch's A fragments are
     // loaded while the previous batch's wgmmas run (double-buffered: a batch's buffer is
     // rewritten only once wgmma_wait<1> has retired the batch that read it); the stage's
-    // wgmmas are drained before the next tile's barrier lets the loader overwrite it.
+    // wgmmas are drained before its release lets the loader overwrite it.
     uint32_t a[2][2][4];
     auto load_a = [&](int batch, uint32_t (&buf)[2][4]) {
 #pragma unroll
@@ -203,15 +228,14 @@ __global__ void __launch_bounds__(256, 1) bsconv_row_group_dw_kernel(const ConvR
       }
     }
     wgmma_wait<0>();
-    read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
-    write_stage = write_stage + 1 == kStages ? 0 : write_stage + 1;
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&empty[read_stage]);
   }
 
   // Epilogue: accumulator row m (channel m % BS of member m / BS), column n (input
   // channel) of tap t is dw[t, member's block][n][m % BS]. Staged as
   // [tap][member][n][m % BS] fp32; warpgroup 1 writes, warpgroup 0 adds its own.
-  cp_async_wait<0>();
-  __syncthreads();
+  named_barrier_sync(1, Cfg::kConsumerThreads);  // every consumer is done with the ring (the loader too: all landed)
   float* const cs = reinterpret_cast<float*>(smem_raw);
   const int gq = lane >> 2, tq = lane & 3;
   const int m = 16 * (warp & 3) + gq;  // and m + 8, of the same member
@@ -233,10 +257,10 @@ __global__ void __launch_bounds__(256, 1) bsconv_row_group_dw_kernel(const ConvR
         }
       }
     }
-    __syncthreads();
+    named_barrier_sync(1, Cfg::kConsumerThreads);
   }
   const int64_t nnz = static_cast<int64_t>(TAPS) * p.nnz_per_tap;
-  for (int idx = tid; idx < TAPS * kGroup * BS * (BS / 4); idx += Cfg::kThreads) {
+  for (int idx = tid; idx < TAPS * kGroup * BS * (BS / 4); idx += Cfg::kConsumerThreads) {
     const int quad = idx % (BS / 4), n = (idx / (BS / 4)) % BS, tm = idx / (BS / 4) / BS;
     const int t = tm / kGroup, member_of = tm % kGroup;
     const int b = __ldg(row_group + member_of);

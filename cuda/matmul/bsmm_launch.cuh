@@ -651,7 +651,7 @@ inline int conv_halo_ss_env() { return env_switch("JBS_CONV_HALO_SS"); }
 // The band halo (conv/band_halo.cuh) of a stride-1 conv whose output has its input's
 // size (halo_geometry), on images 8, 16 or 32 pixels wide and a multiple of 8 high, with
 // a tile's image rows dividing the height (or whole images per tile), column shifts of
-// at most 8 and a thread's copies (256 threads) within kBandMaxCopies. false otherwise.
+// at most 8 and its copies within kBandMaxHaloCopies. false otherwise.
 inline bool band_halo_shape(const RowGather& g, int planes, BandHaloShape* s) {
   int64_t lo = 0, hi = 0;
   if (!halo_geometry(g, &lo, &hi)) return false;
@@ -670,7 +670,7 @@ inline bool band_halo_shape(const RowGather& g, int planes, BandHaloShape* s) {
   const int64_t copies = bands * band_rows * width * planes;
   // The copies are packed with band rows below 256, a warp's 32 copies pixels along planes
   // (BandHalo): whole warps of them must fit the threads' copies.
-  if ((copies + 31) / 32 * 32 > int64_t{kBandMaxCopies} * 256 || band_rows > 255) return false;
+  if ((copies + 31) / 32 * 32 > int64_t{kBandMaxHaloCopies} || band_rows > 255) return false;
   s->top = top;
   s->band_rows = static_cast<int>(band_rows);
   s->image_rows = image_rows;
