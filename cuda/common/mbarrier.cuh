@@ -48,6 +48,14 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 
+// One arrival for the whole warp, e.g. a consumer warp releasing a ring slot on a barrier
+// counting warps: the warp barrier orders every lane's earlier accesses before lane 0's
+// arrival (release).
+__device__ __forceinline__ void mbarrier_arrive_warp(uint64_t* bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbarrier_arrive(bar);
+}
+
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }

@@ -204,10 +204,7 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
   constexpr int kCols = Cfg::kDenseN ? 1 : kP;
   constexpr int kN = Cfg::kDenseN ? 128 : BS;
   // This warp is done with slot `stage` (its wgmmas drained, or its epilogue read back).
-  auto release = [&](int stage) {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&empty[stage]);
-  };
+  auto release = [&](int stage) { mbarrier_arrive_warp(&empty[stage], lane); };
   // Unit (tile, group q)'s output: the staged tile cs (rows of kLdS), or zeros where cs
   // is null; 16-byte rows to y.
   auto store_tile = [&](int64_t tile, int q, const T* cs) {

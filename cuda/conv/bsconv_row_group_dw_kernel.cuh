@@ -228,8 +228,7 @@ __global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
       }
     }
     wgmma_wait<0>();
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&empty[read_stage]);
+    mbarrier_arrive_warp(&empty[read_stage], lane);
   }
 
   // Epilogue: accumulator row m (channel m % BS of member m / BS), column n (input

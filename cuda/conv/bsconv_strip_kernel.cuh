@@ -204,10 +204,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   const int lr = lane & 7, li = lane >> 3;
 
   // This warp is done with slot `stage` (its wgmmas drained, or its epilogue read back).
-  auto release = [&](int stage) {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&empty[stage]);
-  };
+  auto release = [&](int stage) { mbarrier_arrive_warp(&empty[stage], lane); };
 
   // Unit (tile, group q)'s output: the staged tile cs (pixels x channels, row stride
   // kLdS), or zeros where cs is null; 16-byte rows to y.

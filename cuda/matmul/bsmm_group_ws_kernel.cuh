@@ -206,10 +206,7 @@ __global__ void __launch_bounds__(384, 1) bsmm_group_ws_kernel(const GroupParams
       wgmma_wait<0>();
       last_stage = stage;
     }
-    if (last_stage >= 0) {
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty + last_stage);
-    }
+    if (last_stage >= 0) mbarrier_arrive_warp(empty + last_stage, lane);
     last_stage = stage;
     if (++stage == kStages) {
       stage = 0;

@@ -320,8 +320,7 @@ __global__ void __launch_bounds__(StreamWsConfig<T, BS, TRANS, TN>::kThreads, 1)
           }
         }
       }
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty + stage);
+      mbarrier_arrive_warp(empty + stage, lane);
       if (++stage == S) {
         stage = 0;
         phase ^= 1u;
