@@ -36,6 +36,7 @@
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
+#include "common/warp_roles.cuh"
 #include "common/wgmma.cuh"
 #include "conv/band_halo.cuh"
 #include "conv/row_gather.h"
@@ -52,20 +53,10 @@ struct ConvHaloSsParams : GroupParams {
 };
 
 template <typename T, int BS>
-struct ConvHaloSsConfig {
+struct ConvHaloSsConfig : WarpRoles<104, 200> {
   static_assert(kIs16Bit<T> && (BS == 16 || BS == 32), "conv halo ss kernel: 16-bit types, blocks of 16 or 32");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
-  static constexpr int kConsumerThreads = 256;  // two warpgroups
-  static constexpr int kLoaderThreads = 128;    // one warpgroup
-  static constexpr int kThreads = kConsumerThreads + kLoaderThreads;
-  // setmaxnreg moves the loaders' registers to the consumers; the sum must stay within
-  // the launch's (384 x 168), or the consumers' .inc waits forever.
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kLoaderRegs = 104;
-  static constexpr int kConsumerRegs = 200;
-  static_assert(kLoaderThreads * kLoaderRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
-                "setmaxnreg moves registers, it does not add any");
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
   static constexpr bool kDenseN = BS == 16;  // as the halo kernel

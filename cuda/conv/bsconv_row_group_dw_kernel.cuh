@@ -33,6 +33,7 @@
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
+#include "common/warp_roles.cuh"
 #include "common/wgmma.cuh"
 #include "conv/band_halo.cuh"
 #include "conv/halo_tile.cuh"  // tap_shift
@@ -47,22 +48,13 @@ struct ConvRowGroupDwParams : DwParams {
   BandHaloShape band;         // the halo of a 256-pixel tile (conv/band_halo.cuh)
 };
 
+// The consumers' 9 taps of bs 32 accumulators take 144 registers: at 184 ptxas
+// serialized their wgmmas (C7512).
 template <typename T, int BS_>
-struct ConvRowGroupDwConfig {
+struct ConvRowGroupDwConfig : WarpRoles<104, 200> {
   static_assert(kIs16Bit<T> && (BS_ == 16 || BS_ == 32), "conv row group dw kernel: 16-bit types, bs 16 or 32");
   static constexpr int BS = BS_;
   static constexpr int kGroup = 64 / BS;  // blocks on an MMA's M
-  static constexpr int kConsumerThreads = 256;  // two warpgroups
-  static constexpr int kLoaderThreads = 128;    // one warpgroup
-  static constexpr int kThreads = kConsumerThreads + kLoaderThreads;
-  // setmaxnreg moves the loaders' registers to the consumers; the sum must stay within
-  // the launch's (384 x 168), or the consumers' .inc waits forever. The consumers' 9 taps
-  // of bs 32 accumulators take 144: at 184 ptxas serialized their wgmmas (C7512).
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kLoaderRegs = 104;
-  static constexpr int kConsumerRegs = 200;
-  static_assert(kLoaderThreads * kLoaderRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
-                "setmaxnreg moves registers, it does not add any");
   static constexpr int kTN = 256;      // pixels per tile
   static constexpr int kStages = 3;
   static constexpr int kPlanes = BS / 8;

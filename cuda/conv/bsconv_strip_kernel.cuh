@@ -44,6 +44,7 @@
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
+#include "common/warp_roles.cuh"
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
 #include "conv/strip_halo.cuh"
@@ -61,23 +62,12 @@ struct ConvStripParams : GroupParams {
 };
 
 template <typename T, int R>
-struct ConvStripConfig {
+struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgroup loads
   static_assert(kIs16Bit<T> && (R == 16 || R == 32), "conv strip kernel: 16-bit types, strips of 16 or 32 rows");
   static constexpr int BS = 32;
   static constexpr int kP = 4;            // block columns per group: two per warpgroup
   static constexpr int kN = 8 * R;        // pixels per strip: one wgmma's N
   static constexpr int kStrips = 32 / R;  // per 256-pixel tile
-  static constexpr int kConsumerThreads = 256;  // two warpgroups
-  // And a loader warpgroup (one warp loads): a 9th warp alone would cap every thread at
-  // 168 registers (3 warps on one SM sub-partition's 16 K), so the loader's warpgroup
-  // hands its registers to the consumers with setmaxnreg instead. The two counts must
-  // add up to no more than the launch's (384 x 168), or the consumers' .inc waits forever.
-  static constexpr int kThreads = kConsumerThreads + 128;
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kLoaderRegs = 56;
-  static constexpr int kConsumerRegs = 224;
-  static_assert(128 * kLoaderRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
-                "setmaxnreg moves registers, it does not add any");
   static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
   static constexpr int kBlockElems = BS * BS;

@@ -38,6 +38,7 @@
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
+#include "common/warp_roles.cuh"
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // BlocksConfig strides, cmin/cmax/cclamp
@@ -57,29 +58,22 @@ namespace jbs {
 template <typename T, int BS, bool GATHER>
 inline constexpr bool kGroupWsSupported = kGroupWgmmaSupported<T, BS> && !(BS == 64 && (GATHER || !kIs16Bit<T>));
 
+// The loaders' registers (common/warp_roles.cuh): a row-major tile's copies need more
+// than a packed run (ptxas spilled at 56), and the gathered (conv) tile keeps each row's
+// source pixel in them too.
+template <bool PACKED, bool GATHER>
+using GroupWsRoles = WarpRoles<PACKED ? 56 : (GATHER ? 120 : 80), PACKED ? 224 : (GATHER ? 192 : 208)>;
+
 template <typename T, int BS, bool PACKED, bool GATHER>
-struct GroupWsConfig : GroupWgmmaSlot<T, BS, PACKED> {
+struct GroupWsConfig : GroupWgmmaSlot<T, BS, PACKED>, GroupWsRoles<PACKED, GATHER> {
   using Slot = GroupWgmmaSlot<T, BS, PACKED>;
   using Slot::kKSteps, Slot::kSlotElems, Slot::kLdC;
-  static constexpr int kConsumerThreads = 256;  // two warpgroups of 128 rows each
-  static constexpr int kProducerThreads = 128;
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  using Roles = GroupWsRoles<PACKED, GATHER>;  // two consumer warpgroups of 128 rows each
+  using Roles::kConsumerRegs;
   static constexpr int kSlotBytes = kSlotElems * static_cast<int>(sizeof(T));
   static constexpr int kRingBudget = 220 * 1024;
   static constexpr int kStages = cclamp(kRingBudget / kSlotBytes, 2, 16);
   static constexpr int kRingBytes = kStages * kSlotBytes;
-  // Registers per thread, moved from the producers to the consumers with
-  // setmaxnreg. The launch gives every thread kLaunchRegs (__launch_bounds__(384,
-  // 1): 168), and the consumers' setmaxnreg.inc waits until the producers' .dec
-  // has freed enough of that, so the two must add up to no more than the launch
-  // allocation, or the CTA hangs. A row-major tile's copies need more producer
-  // registers than a packed run (ptxas spilled at 56), and the gathered (conv)
-  // tile keeps each row's source pixel in them too.
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegs = PACKED ? 56 : (GATHER ? 120 : 80);
-  static constexpr int kConsumerRegs = PACKED ? 224 : (GATHER ? 192 : 208);
-  static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
-                "setmaxnreg moves registers, it does not add any");
   // A fragments of one item per consumer thread; two items' are kept when they fit
   // next to the 128 accumulators (all but fp32 at bs 32 on row-major or gathered tiles).
   static constexpr int kARegs = 2 * kKSteps * 4;
@@ -133,7 +127,7 @@ __global__ void __launch_bounds__(384, 1) bsmm_group_ws_kernel(const GroupParams
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       // full: every producer thread's copies, plus thread 0's arrival after it wrote the mask.
-      mbarrier_init(full + s, Cfg::kProducerThreads + 1);
+      mbarrier_init(full + s, Cfg::kLoaderThreads + 1);
       mbarrier_init(empty + s, Cfg::kConsumerThreads / 32);  // one arrival per consumer warp
     }
     mbarrier_init_fence();
@@ -141,11 +135,11 @@ __global__ void __launch_bounds__(384, 1) bsmm_group_ws_kernel(const GroupParams
   __syncthreads();  // the last CTA-wide barrier: the producers leave early
 
   if (tid >= Cfg::kConsumerThreads) {
-    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
     const int ptid = tid - Cfg::kConsumerThreads;
     const int lane = tid & 31;
     constexpr bool kTransposeW = !TRANS && !kIs16Bit<T>;  // tf32 reads B K-major only
-    GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kProducerThreads> loader;
+    GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kLoaderThreads> loader;
     loader.init(p, cta, ptid);
     using Row = WarpTableRow<kP>;
     Row row = items > 0 ? Row::read(p.group_items, cta.beg, lane) : Row{-1};
