@@ -36,10 +36,13 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, i
 
 // A 5-D tensor of 16-bit elements (dims innermost first, strides in bytes of dims 1..4)
 // read in boxes of box[0..4] elements; out-of-bounds elements read as zero (bf16 and fp16
-// alike: the copy moves bytes). False where the driver refuses it (alignment, sizes) or
-// has no tensor maps.
+// alike: the copy moves bytes). With CU_TENSOR_MAP_SWIZZLE_128B a box row of 128 bytes
+// lands with its 16-byte chunks permuted as a wgmma descriptor of that swizzle mode reads
+// them (common/wgmma.cuh: wgmma_desc_sw128). False where the driver refuses it
+// (alignment, sizes) or has no tensor maps.
 inline bool encode_tensor_map_16bit(CUtensorMap* map, const void* base, const uint64_t (&dims)[5],
-                                    const uint64_t (&strides)[4], const uint32_t (&box)[5]) {
+                                    const uint64_t (&strides)[4], const uint32_t (&box)[5],
+                                    CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   using Encode = PFN_cuTensorMapEncodeTiled_v12000;
   static const Encode encode = [] {
     void* fn = nullptr;
@@ -57,7 +60,7 @@ inline bool encode_tensor_map_16bit(CUtensorMap* map, const void* base, const ui
   for (int d = 0; d < 5; ++d) size[d] = dims[d], box_dims[d] = box[d], unit[d] = 1;
   for (int d = 0; d < 4; ++d) stride[d] = strides[d];
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, const_cast<void*>(base), size, stride, box_dims, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

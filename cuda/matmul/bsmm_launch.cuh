@@ -21,6 +21,7 @@
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
+#include "matmul/bsmm_panel_kernel.cuh"
 #include "matmul/bsmm_stream_even_group_kernel.cuh"
 #include "matmul/bsmm_stream_even_kernel.cuh"
 #include "matmul/bsmm_stream_group_kernel.cuh"
@@ -833,6 +834,87 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, cudaStream_t stre
   }
 }
 
+// The panel kernel (matmul/bsmm_panel_kernel.cuh) serves fwd / dx with many rows, few
+// input channels and few weights: two 64-row panels of the activation and every weight
+// block must fit in shared memory (PanelConfig::smem_bytes; e.g. 320 -> 320 channels up
+// to density 1/2 at bs 32 and 16, 160 -> 160 at any density). 16-bit types, bs 16 or
+// 32, on sm_90. It reads a plain matrix: the matmul's activation, or a 1x1 conv's
+// pixels when its gather is the identity (stride 1, the output the input's size). By
+// default it runs where every SM gets a 64-row tile; JBS_PANEL=0 turns it off, =1 takes
+// it wherever it can run. It also steps aside for JBS_GROUPS / JBS_WGMMA, which force
+// the column-group kernels.
+inline int panel_env() { return env_switch("JBS_PANEL"); }
+
+inline bool gather_is_identity(const RowGather& g) {
+  return g.taps() == 1 && g.rows_h == g.src_h && g.rows_w == g.src_w && g.mul_h == 1 && g.mul_w == 1 &&
+         g.off_h == 0 && g.off_w == 0 && g.div_h == 1 && g.div_w == 1;
+}
+
+// Fills the kernel's fields past its operands; false where it cannot run.
+template <typename T, int BS>
+bool panel_geometry(const BsmmBlocksArgs& a, PanelParams* p) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = PanelConfig<T, BS>;
+    if (a.rows > int64_t{INT32_MAX} - Cfg::kTM || a.offsets == nullptr ||
+        a.items == nullptr || (a.gathered && !gather_is_identity(a.gather)) ||
+        Cfg::smem_bytes(a.in_cols, a.out_cols / BS, a.nnz) > Cfg::kOptInBytes) {
+      return false;
+    }
+    const bool broadcast = a.in_group_stride == 0 || a.groups == 1;
+    const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * 2;
+    const uint64_t matrix_bytes = row_bytes * static_cast<uint64_t>(a.rows);
+    const uint64_t group_bytes = broadcast ? matrix_bytes : static_cast<uint64_t>(a.in_group_stride) * 2;
+    const uint64_t input_groups = broadcast ? 1 : static_cast<uint64_t>(a.groups);
+    const uint64_t dims[5] = {static_cast<uint64_t>(a.in_cols), static_cast<uint64_t>(a.rows), input_groups, 1, 1};
+    const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes * input_groups, group_bytes * input_groups};
+    const uint32_t box[5] = {64, static_cast<uint32_t>(Cfg::kTM), 1, 1, 1};
+    if (!encode_tensor_map_16bit(&p->in_map, a.in, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) return false;
+    p->panel_chunks = static_cast<int>((a.in_cols + 63) / 64);
+    p->offsets = a.offsets;
+    p->items = a.items;
+    p->out_blocks = static_cast<int>(a.out_cols / BS);
+    p->nnz = static_cast<int>(a.nnz);
+    p->group_step = broadcast ? 0 : 1;
+    p->row_tiles = (a.rows + Cfg::kTM - 1) / Cfg::kTM;
+    return true;
+  }
+  return false;
+}
+
+template <typename T, int BS>
+bool use_panel(const BsmmBlocksArgs& a) {
+#ifdef JBS_HAVE_SM90A
+  const int env = panel_env();
+  if (env == 0 || !device_is_sm90()) return false;
+  if (env < 0 && (groups_env() >= 0 || wgmma_env() >= 0 || a.rows < int64_t{64} * a.num_sms)) return false;
+  PanelParams unused;
+  return panel_geometry<T, BS>(a, &unused);
+#else
+  return false;
+#endif
+}
+
+template <typename T, int BS, bool TRANS>
+cudaError_t launch_panel_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = PanelConfig<T, BS>;
+    PanelParams p;
+    static_cast<FwdDxOperands&>(p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
+                                                   a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
+    if (!panel_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_panel said yes
+    const int64_t ctas = p.row_tiles < a.num_sms ? p.row_tiles : a.num_sms;
+    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
+    const auto kernel = bsmm_panel_kernel<T, BS, TRANS>;
+    // The size varies with in_cols, the opt-in may be set only once: set it to the most.
+    const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
+    if (err != cudaSuccess) return err;
+    return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
+                         static_cast<size_t>(Cfg::smem_bytes(a.in_cols, p.out_blocks, a.nnz)), stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_panel() is false for these
+  }
+}
+
 // Calls f with the small-N row tile of `rows` (stream_row_tile_host: 16, 32 or 64)
 // as a compile-time constant.
 template <typename F>
@@ -857,6 +939,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+        if (use_panel<T, BS>(a)) return launch_panel_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_strip<T, BS>(a)) return launch_conv_strip_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo_ss<T, BS>(a)) return launch_conv_halo_ss_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
