@@ -101,3 +101,15 @@ def test_panel_kernel_switch_and_limit(rng, monkeypatch, env, density, expected)
     w = random_array(rng, conv.w_shape, jnp.bfloat16)
     fwd = jax.jit(lambda x, w: conv(x, w))
     assert any(PANEL in name for name in kernel_names(fwd, x, w)) == expected
+
+
+def test_indexing_past_2_pow_31_elements(rng):
+    """x and y hold more than 2**31 elements (320 channels, 6.7M rows): the panel's TMA row
+    coordinate and the stores' 64-bit offsets reach the last rows."""
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 10, 10, density=0.3), 32)
+    n = 2**31 // 320 + 700
+    x = jax.random.normal(jax.random.key(int(rng.integers(1000))), (n, 320), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    fwd = jax.jit(lambda x, w: bsmm(x, w)[-1000:])
+    assert any(PANEL in name for name in kernel_names(fwd, x, w))
+    assert rel_error(fwd(x, w), f64(x[-1000:]) @ dense_f64(bsmm, w)) < tolerance(jnp.bfloat16)

@@ -857,8 +857,13 @@ bool panel_geometry(const BsmmBlocksArgs& a, PanelParams* p) {
     using Cfg = PanelConfig<T, BS>;
     if (a.rows > int64_t{INT32_MAX} - Cfg::kTM || a.offsets == nullptr ||
         a.items == nullptr || (a.gathered && !gather_is_identity(a.gather)) ||
-        Cfg::smem_bytes(a.in_cols, a.out_cols / BS, a.nnz) > Cfg::kOptInBytes) {
+        Cfg::smem_bytes(a.in_cols, a.out_cols / BS, a.nnz, 2) > Cfg::kOptInBytes) {
       return false;
+    }
+    p->panel_slots = 2;  // and as many more as fit
+    while (p->panel_slots < Cfg::kMaxPanelSlots &&
+           Cfg::smem_bytes(a.in_cols, a.out_cols / BS, a.nnz, p->panel_slots + 1) <= Cfg::kOptInBytes) {
+      ++p->panel_slots;
     }
     const bool broadcast = a.in_group_stride == 0 || a.groups == 1;
     const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * 2;
@@ -909,7 +914,8 @@ cudaError_t launch_panel_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
     const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
     if (err != cudaSuccess) return err;
     return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                         static_cast<size_t>(Cfg::smem_bytes(a.in_cols, p.out_blocks, a.nnz)), stream, p);
+                         static_cast<size_t>(Cfg::smem_bytes(a.in_cols, p.out_blocks, a.nnz, p.panel_slots)), stream,
+                         p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_panel() is false for these
   }

@@ -3,7 +3,7 @@
 // activation panel (64 rows x every input channel) stays there while the CTA computes
 // every output block column of the tile from it. It serves the 1x1 convolution
 // (stride 1: its pixels are a plain matrix) and the matmul of that shape, wherever
-// the weights and two panels fit (panel_smem_bytes).
+// the weights and two panels fit (PanelConfig::smem_bytes).
 //
 // Why: such a layer is memory-bound (a 1x1 conv, 320 -> 320 channels at density
 // 1/2, moves 640 bytes per pixel for 102 kFLOP: 3x longer at HBM speed than at
@@ -23,8 +23,8 @@
 // descriptor adds and its MMAs.
 //
 // Warp specialized (common/warp_roles.cuh): the loader warpgroup copies the weights
-// once, in the wgmma's core-matrix order, and then one thread of it loads the panels
-// by TMA into two panel slots, each as soon as the consumers release it: one box of
+// once, in the wgmma's core-matrix order, and one thread of it loads the panels by
+// TMA into a ring of 2 to 4 panel slots, each as soon as the consumers release it: one box of
 // 64 channels x 64 rows per 64-channel chunk, 128-byte swizzled (rows past the end
 // read as zeros). (Boxes of 8 channels, 16-byte rows, took ~25 us per 320-channel
 // tile: the copy engine's time goes by rows.) A column's MMAs run while the previous
@@ -54,6 +54,7 @@ struct PanelParams : FwdDxOperands {
   int out_blocks;
   int nnz;                 // items in the tables
   int panel_chunks;        // 64-channel chunks of a panel: in_cols / 64, rounded up
+  int panel_slots;         // panels in flight: 2 .. PanelConfig::kMaxPanelSlots, as many as fit
   int group_step;          // 1, or 0 where `in` is broadcast over the weight groups
   int64_t row_tiles;
 };
@@ -68,15 +69,18 @@ struct PanelConfig : WarpRoles<168, 168> {
   static constexpr int kOptInBytes = 226 * 1024;
   static constexpr int kLdS = BS + 8;  // a warp's staged rows, padded against bank conflicts
   static constexpr int kStageElems = kConsumerThreads / 32 * 16 * kLdS;
-  // Shared memory: two panels, kTM rows x in_cols rounded up to 64 channels, in chunks
-  // of 64 channels (kTM rows of 128 bytes, 128-byte swizzled; the channels past in_cols
-  // read as zeros and are never used); the weights; each consumer warp's 16 staged rows;
-  // the tables (offsets, then per item its A operand's offset in a panel); + 1 KB to
-  // align the panels to the swizzle's 1024-byte atoms.
+  // Panels in flight: a 64-row panel of 160 channels is 20 KB, and two per SM left the
+  // HBM 60% idle (benchmarks/NOTES.md, session 19).
+  static constexpr int kMaxPanelSlots = 4;
+  // Shared memory: the panel slots, kTM rows x in_cols rounded up to 64 channels each, in
+  // chunks of 64 channels (kTM rows of 128 bytes, 128-byte swizzled; the channels past
+  // in_cols read as zeros and are never used); the weights; each consumer warp's 16
+  // staged rows; the tables (offsets, then per item its block and its A operand's offset
+  // in a panel); + 1 KB to align the panels to the swizzle's 1024-byte atoms.
   static constexpr int64_t panel_elems(int64_t in_cols) { return kTM * ((in_cols + 63) / 64 * 64); }
-  static constexpr int64_t smem_bytes(int64_t in_cols, int64_t out_blocks, int64_t nnz) {
-    return (2 * panel_elems(in_cols) + nnz * kBlockElems + kStageElems) * static_cast<int64_t>(sizeof(T)) +
-           4 * (out_blocks + 1 + nnz) + 1024;
+  static constexpr int64_t smem_bytes(int64_t in_cols, int64_t out_blocks, int64_t nnz, int panel_slots) {
+    return (panel_slots * panel_elems(in_cols) + nnz * kBlockElems + kStageElems) * static_cast<int64_t>(sizeof(T)) +
+           4 * (out_blocks + 1 + 2 * nnz) + 1024;
   }
 };
 
@@ -88,17 +92,19 @@ __global__ void __launch_bounds__(PanelConfig<T, BS>::kThreads, 1)
   constexpr int kBlockElems = Cfg::kBlockElems;
   constexpr int kKSteps = BS / 16;
   constexpr uint32_t kChunkUnits = kTM * 8;  // a 64-channel chunk of a panel, in 16-byte units
-  __shared__ uint64_t panel_full[2], panel_empty[2];
+  __shared__ uint64_t panel_full[Cfg::kMaxPanelSlots], panel_empty[Cfg::kMaxPanelSlots];
   __shared__ uint64_t weights_ready;
   unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
   const int64_t panel_elems = Cfg::panel_elems(p.in_cols);
-  T* const weights = smem + 2 * panel_elems;  // item j's block at j * kBlockElems
+  const int panel_slots = p.panel_slots;
+  T* const weights = smem + panel_slots * panel_elems;  // item j's block at j * kBlockElems
   T* const staging = weights + static_cast<int64_t>(p.nnz) * kBlockElems;
   int* const offsets = reinterpret_cast<int*>(staging + Cfg::kStageElems);
   // Item j's A operand within a panel: its input block's first channel, as a descriptor
   // offset (16-byte units); the next k-step is 2 units further, in the same chunk.
   uint32_t* const a_offset = reinterpret_cast<uint32_t*>(offsets + p.out_blocks + 1);
+  int* const block_of = reinterpret_cast<int*>(a_offset + p.nnz);  // item j's weight block
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -107,9 +113,10 @@ __global__ void __launch_bounds__(PanelConfig<T, BS>::kThreads, 1)
   for (int j = tid; j < p.nnz; j += blockDim.x) {
     const int channel = __ldg(p.items + 2 * j + 1) * BS;
     a_offset[j] = static_cast<uint32_t>((channel >> 6) * kChunkUnits + (channel & 63) / 8);
+    block_of[j] = __ldg(p.items + 2 * j);
   }
   if (tid == 0) {
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < panel_slots; ++s) {
       mbarrier_init(&panel_full[s], 1);
       mbarrier_init(&panel_empty[s], Cfg::kConsumerThreads / 32);
     }
@@ -119,35 +126,41 @@ __global__ void __launch_bounds__(PanelConfig<T, BS>::kThreads, 1)
   __syncthreads();  // the barriers and the tables
 
   if (tid >= Cfg::kConsumerThreads) {
-    // The loader. First every weight block, 16-byte chunk by chunk, in core-matrix order
-    // as conv/tap_blocks.cuh: element (r, c) of a block at ((r / 8) * BS / 8 + c / 8) * 64
-    // + (r % 8) * 8 + c % 8.
+    // The loader. Thread 0 of it loads the panels: tile number k of this CTA into slot
+    // k % panel_slots once the consumers have released the tile before it there; it
+    // issues the first slots' panels before the weights, which need none released.
     const int ltid = tid - Cfg::kConsumerThreads;
-    const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
-    constexpr int kBlockChunks = kBlockElems / 8;
-    for (int64_t c = ltid; c < static_cast<int64_t>(p.nnz) * kBlockChunks; c += Cfg::kLoaderThreads) {
-      const int j = static_cast<int>(c / kBlockChunks), chunk = static_cast<int>(c % kBlockChunks);
-      const int r = chunk / (BS / 8), c8 = chunk % (BS / 8);
-      const int block = __ldg(p.items + 2 * j);
-      cp_async_16(weights + static_cast<int64_t>(j) * kBlockElems + ((r / 8) * (BS / 8) + c8) * 64 + (r % 8) * 8,
-                  w + static_cast<int64_t>(block) * kBlockElems + r * BS + c8 * 8, 16);
-    }
-    cp_async_arrive_noinc(&weights_ready);
-    if (ltid == 0) {
-      // Then the panels: tile number k of this CTA into slot k & 1 once the consumers
-      // have released tile k - 2 there.
-      int64_t k = 0;
-      for (int64_t tile = blockIdx.x; tile < p.row_tiles; tile += gridDim.x, ++k) {
-        const int ps = static_cast<int>(k & 1);
-        mbarrier_wait(&panel_empty[ps], static_cast<uint32_t>((k >> 1) & 1) ^ 1u);
-        mbarrier_arrive_expect_tx(&panel_full[ps], static_cast<int>(panel_elems * sizeof(T)));
-        T* const panel = smem + ps * panel_elems;
+    int64_t tile = blockIdx.x, k = 0;
+    int slot = 0;
+    uint32_t phase = 0;
+    auto load_panels = [&](int64_t until_k) {
+      for (; tile < p.row_tiles && k < until_k; tile += gridDim.x, ++k) {
+        mbarrier_wait(&panel_empty[slot], phase ^ 1u);
+        mbarrier_arrive_expect_tx(&panel_full[slot], static_cast<int>(panel_elems * sizeof(T)));
+        T* const panel = smem + slot * panel_elems;
         for (int c = 0; c < p.panel_chunks; ++c) {
           tma_load_5d(panel + c * kTM * 64, &p.in_map, c * 64, static_cast<int>(tile * kTM),
-                      static_cast<int>(blockIdx.y) * p.group_step, 0, 0, &panel_full[ps]);
+                      static_cast<int>(blockIdx.y) * p.group_step, 0, 0, &panel_full[slot]);
         }
+        if (++slot == panel_slots) slot = 0, phase ^= 1u;
       }
+    };
+    if (ltid == 0) load_panels(panel_slots);
+    // Every weight block, 16-byte chunk by chunk, in core-matrix order as
+    // conv/tap_blocks.cuh: element (r, c) of a block at ((r / 8) * BS / 8 + c / 8) * 64
+    // + (r % 8) * 8 + c % 8. (With the block index read from global memory, each copy
+    // waited for that load: 21% of the stall samples were the consumers' wait for the
+    // weights, benchmarks/NOTES.md, session 19.)
+    const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
+    constexpr int kBlockChunks = kBlockElems / 8;
+    for (int c = ltid; c < p.nnz * kBlockChunks; c += Cfg::kLoaderThreads) {
+      const int j = c / kBlockChunks, chunk = c % kBlockChunks;
+      const int r = chunk / (BS / 8), c8 = chunk % (BS / 8);
+      cp_async_16(weights + static_cast<int64_t>(j) * kBlockElems + ((r / 8) * (BS / 8) + c8) * 64 + (r % 8) * 8,
+                  w + static_cast<int64_t>(block_of[j]) * kBlockElems + r * BS + c8 * 8, 16);
     }
+    cp_async_arrive_noinc(&weights_ready);
+    if (ltid == 0) load_panels(INT64_MAX);
     cp_async_wait<0>();
     return;
   }
@@ -174,10 +187,10 @@ __global__ void __launch_bounds__(PanelConfig<T, BS>::kThreads, 1)
 
   using Acc = float[BS / 8][4];
   const int my_cols = (p.out_blocks - wg + 1) / 2;  // columns wg, wg + 2, ...
-  int64_t k = 0;
-  for (int64_t tile = blockIdx.x; tile < p.row_tiles; tile += gridDim.x, ++k) {
-    const int ps = static_cast<int>(k & 1);
-    mbarrier_wait(&panel_full[ps], static_cast<uint32_t>(k >> 1) & 1u);
+  int ps = 0;  // the tile's panel slot
+  uint32_t phase = 0;
+  for (int64_t tile = blockIdx.x; tile < p.row_tiles; tile += gridDim.x) {
+    mbarrier_wait(&panel_full[ps], phase);
     const uint64_t a_tile = a_base + ps * panel_units;
     const int64_t warp_row0 = tile * kTM + 16 * (warp & 3);
 
@@ -255,6 +268,7 @@ __global__ void __launch_bounds__(PanelConfig<T, BS>::kThreads, 1)
       }
     }
     release(&panel_empty[ps]);  // this warp's MMAs of the tile have retired
+    if (++ps == panel_slots) ps = 0, phase ^= 1u;
   }
 }
 
