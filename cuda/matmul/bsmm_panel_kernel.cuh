@@ -18,18 +18,18 @@
 // wg + 2, ... of every tile. Such an MMA is short (16 cycles at bs 32), so what
 // decides the speed is the instructions around it: with the weights streamed through
 // a ring of slots, the slots' waits and releases and the table reads made ~490
-// instructions per column and warp, and the consumers issue-bound at 2.7x the floor
-// (benchmarks/NOTES.md, session 19). Resident, a block costs a table read, two
+// instructions per column and warp, and left the consumers issue-bound at 2.7x the
+// floor (benchmarks/NOTES.md, session 19). Resident, a block costs a table read, two
 // descriptor adds and its MMAs.
 //
 // Warp specialized (common/warp_roles.cuh): the loader warpgroup copies the weights
 // once, in the wgmma's core-matrix order, and one thread of it loads the panels by
-// TMA into a ring of 2 to 4 panel slots, each as soon as the consumers release it: one box of
-// 64 channels x 64 rows per 64-channel chunk, 128-byte swizzled (rows past the end
-// read as zeros). (Boxes of 8 channels, 16-byte rows, took ~25 us per 320-channel
-// tile: the copy engine's time goes by rows.) A column's MMAs run while the previous
-// column's accumulator goes to y (two accumulators, alternating). Blocks are summed
-// in table order: bitwise deterministic.
+// TMA into a ring of 2 to 4 panel slots, each as soon as the consumers release it:
+// one box of 64 channels x 64 rows per 64-channel chunk, 128-byte swizzled (rows past
+// the end read as zeros; 128-byte rows are 8x fewer copy-engine rows than boxes of 8
+// channels, which, with the panels issued later, made the first version 1.1x slower).
+// A column's MMAs run while the previous column's accumulator goes to y (two
+// accumulators, alternating). Blocks are summed in table order: bitwise deterministic.
 #pragma once
 
 #include <cuda.h>
