@@ -334,7 +334,7 @@ def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
 
 
 @pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16),
-                                      (32, jnp.float32)])
+                                      (32, jnp.float32), (16, jnp.float32)])
 def test_warp_specialized_kernel_matches_the_barrier_kernel_bitwise(rng, monkeypatch, bs, dtype):
     """The warp-specialized wgmma group kernel adds every product in the same order as the one
     with a CTA barrier per item, so fwd and dx agree bit for bit (580 rows: three row tiles,
@@ -355,3 +355,22 @@ def test_warp_specialized_kernel_matches_the_barrier_kernel_bitwise(rng, monkeyp
     assert rel_error(results[1][0], f64(x) @ W) < tolerance(dtype, None)
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bs,dtype,expected", [(16, jnp.float32, True), (32, jnp.float32, False),
+                                               (16, jnp.bfloat16, False)])
+def test_warp_specialized_kernel_is_the_default_for_fp32_at_bs16(rng, monkeypatch, bs, dtype, expected):
+    """Without JBS_WS the large-N wgmma group kernel runs warp-specialized for fp32 (tf32) at bs 16
+    only, where it measured 1.03-1.26x faster (benchmarks/NOTES.md, session 19), fwd and dx."""
+    from test_conv_gpu import kernel_names
+    monkeypatch.delenv("JBS_WS", raising=False)
+    bsmm = jbs.BlockSparseMatMul(jbs.layouts.random(512 // bs, 512 // bs, density=0.5, seed=2), bs)
+    x = random_array(rng, (2048, 512), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (2048, 512), dtype)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))  # new functions: no cached executable
+    dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
+    for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
+        names = {name for name in kernel_names(fn, *args) if "bsmm_group" in name}
+        assert names, "the wgmma group kernel did not run"
+        assert all(("bsmm_group_ws_kernel" in name) == expected for name in names), names

@@ -219,19 +219,23 @@ bool use_packed_rows(const BsmmBlocksArgs& a) {
 }
 
 // Whether the wgmma group kernel runs warp-specialized (bsmm_group_ws_kernel.cuh:
-// a producer warpgroup and mbarriers instead of CTA-wide barriers per item).
-// Opt-in (JBS_WS=1, where its registers suffice: kGroupWsSupported) until its speed is
-// understood: in session 9's first calls it measured faster than the barrier kernel
-// (8192^3 fwd bf16 bs 32 1.07-1.09x, bs 64 1.08x at 1/2, fp32 bs 16 1.60x, the 3x3 conv
-// at bs 16 1.04-1.06x); in later calls, with a build whose PTX differs from the first by
-// one branch, the same comparison in one call gave bf16 bs 16 / 32 / 64 0.74x / 0.92x /
-// 1.00x, fp32 bs 16 / 32 1.26x / 0.88x, conv bs 16 0.89x (benchmarks/NOTES.md, session 9).
+// a producer warpgroup and mbarriers instead of CTA-wide barriers per item), where its
+// registers suffice (kGroupWsSupported). By default only for fp32 (tf32) at bs 16, the
+// one case where it measured faster: 8192^3 on an H100, two alternating runs each, fwd
+// 1.26x / 1.22x and dx 1.07x / 1.03x at density 1/2 / 1/4; for bf16 it was 0.73-0.99x and
+// fp32 bs 32 0.89x (benchmarks/NOTES.md, sessions 18 and 19). JBS_WS=0/1 forces it off/on.
 inline int ws_env() { return env_switch("JBS_WS"); }
+
+template <typename T, int BS>
+bool use_group_ws() {
+  const int env = ws_env();
+  return env == 1 || (env < 0 && std::is_same_v<T, float> && BS == 16);
+}
 
 template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
 cudaError_t launch_wgmma_kernel(const GroupParams& p, dim3 grid, cudaStream_t stream) {
   if constexpr (kGroupWsSupported<T, BS, GATHER>) {
-    if (ws_env() == 1) {
+    if (use_group_ws<T, BS>()) {
       using Cfg = GroupWsConfig<T, BS, PACKED, GATHER>;
       return launch_kernel(bsmm_group_ws_kernel<T, BS, TRANS, GATHER, PACKED>, grid, dim3(Cfg::kThreads),
                            Cfg::kSmemBytes, stream, p);
