@@ -69,8 +69,8 @@ struct PanelConfig : WarpRoles<168, 168> {
   static constexpr int kOptInBytes = 226 * 1024;
   static constexpr int kLdS = BS + 8;  // a warp's staged rows, padded against bank conflicts
   static constexpr int kStageElems = kConsumerThreads / 32 * 16 * kLdS;
-  // Panels in flight: a 64-row panel of 160 channels is 20 KB, and two per SM left the
-  // HBM 60% idle (benchmarks/NOTES.md, session 19).
+  // Panels in flight, 2 to this many, as many as fit (at 160 channels a panel is 20 KB;
+  // 4 instead of 2 measured up to 1.07x faster, benchmarks/NOTES.md, session 19).
   static constexpr int kMaxPanelSlots = 4;
   // Shared memory: the panel slots, kTM rows x in_cols rounded up to 64 channels each, in
   // chunks of 64 channels (kTM rows of 128 bytes, 128-byte swizzled; the channels past
@@ -148,9 +148,8 @@ __global__ void __launch_bounds__(PanelConfig<T, BS>::kThreads, 1)
     if (ltid == 0) load_panels(panel_slots);
     // Every weight block, 16-byte chunk by chunk, in core-matrix order as
     // conv/tap_blocks.cuh: element (r, c) of a block at ((r / 8) * BS / 8 + c / 8) * 64
-    // + (r % 8) * 8 + c % 8. (With the block index read from global memory, each copy
-    // waited for that load: 21% of the stall samples were the consumers' wait for the
-    // weights, benchmarks/NOTES.md, session 19.)
+    // + (r % 8) * 8 + c % 8. The block index comes from shared memory: read from global
+    // memory, each copy waited for that load.
     const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
     constexpr int kBlockChunks = kBlockElems / 8;
     for (int c = ltid; c < p.nnz * kBlockChunks; c += Cfg::kLoaderThreads) {
