@@ -329,6 +329,7 @@ def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kerne
     halo dw kernel's a layout block, so the lowering splits the rows for those CTAs where C++
     will take those kernels (bsmm_launch.cuh: use_conv_row_group_dw, use_conv_halo_dw), and for
     nnz CTAs elsewhere."""
+    monkeypatch.setenv("JBS_PANEL_DW", "0")  # its 1x1 rule: test_weight_gradient_splits_rows_for_the_panel_dw_kernel
     if setting == "no-row-groups":
         monkeypatch.setenv("JBS_CONV_ROW_GROUP_DW", "0")
         setting = ""
@@ -353,3 +354,45 @@ def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kerne
 
     line = custom_call(_with_cuda_rules(lower), "jbs_bsconv_dw")
     assert f"row_splits = {expected} : i32" in line
+
+
+@pytest.mark.parametrize("op", ["conv", "matmul"])
+@pytest.mark.parametrize("setting,rows,expected", [
+    ("", 65536, 132 // 3),  # 50 units (5 x-chunks x 10 k-blocks) of 20 per CTA: 3 CTAs per row range
+    ("0", 65536, 6),        # JBS_PANEL_DW=0: one CTA per block and split, >= 1024 rows each
+    ("", 4096, 4),          # too few rows to give every SM 64 rows
+    ("1", 4096, 44),        # ... unless forced
+])
+def test_weight_gradient_splits_rows_for_the_panel_dw_kernel(monkeypatch, op, setting, rows, expected):
+    """The panel dw kernel's CTAs each hold the accumulators of up to 20 units at bs 32, so for a
+    1x1 conv or a matmul with 320 -> 320 channels and every block (100) the lowering splits the
+    rows for 3 CTAs per row range where C++ will take that kernel (bsmm_launch.cuh:
+    use_panel_dw), and for one CTA per block elsewhere (lowering._dw_row_splits)."""
+    monkeypatch.setenv("JBS_PANEL_DW", setting)
+    layout = np.ones((10, 10), bool)
+    if op == "conv":
+        module, target = jbs.BlockSparseConv(layout, 32, (1, 1)), "jbs_bsconv_dw"
+        x = jnp.zeros((rows // 1024, 32, 32, 320), jnp.bfloat16)
+    else:
+        module, target = jbs.BlockSparseMatMul(layout, 32), "jbs_bsmm_dw"
+        x = jnp.zeros((rows, 320), jnp.bfloat16)
+
+    def lower():
+        grad = jax.jit(jax.grad(lambda x, w: jnp.sum(module(x, w).astype(jnp.float32)), argnums=1))
+        return grad.trace(x, jnp.zeros(module.w_shape, jnp.bfloat16)).lower(lowering_platforms=("cuda",)).as_text()
+
+    line = custom_call(_with_cuda_rules(lower), target)
+    assert f"row_splits = {expected} : i32" in line
+
+
+@pytest.mark.parametrize("nnz,block_size,dtype,expected", [
+    (25, 32, jnp.bfloat16, 2),   # 25 units of 20 per CTA
+    (12, 32, jnp.bfloat16, 0),   # the large-N dw kernel would read x and dy only 1.2 times
+    (50, 16, jnp.float16, 2),    # 50 units of 40 per CTA
+    (50, 32, jnp.float32, 0),    # 16-bit types only
+    (50, 64, jnp.bfloat16, 0),   # bs 16 and 32 only
+])
+def test_panel_dw_sets_follow_the_default_rule(monkeypatch, nnz, block_size, dtype, expected):
+    """The lowering's copy of use_panel_dw's default for 65536 rows of 320 -> 320 channels."""
+    monkeypatch.delenv("JBS_PANEL_DW", raising=False)
+    assert lowering._panel_dw_sets(65536, 320, 320, nnz, dtype, block_size) == expected

@@ -209,17 +209,7 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
     return invalid(target, "result dw has shape " + shape_str(wd) + ": at most 65535 groups and "
                                "2^31-1 blocks are supported");
   }
-  if (row_splits < 1 || row_splits > kMaxGroups) {
-    return invalid(target, "attribute row_splits is " + to_string(row_splits) + ", expected 1..65535");
-  }
-  const int64_t need_scratch = row_splits > 1 ? 4 * groups * row_splits * wd[1] * bs * bs : 0;
-  if (scratch.element_type() != ffi::DataType::F32 ||
-      static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
-    return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) + " bytes of " +
-                               dtype_name(scratch.element_type()) + ", expected float32 of at least " +
-                               to_string(need_scratch) + " bytes for " + to_string(row_splits) +
-                               " row splits");
-  }
+  JBS_RETURN_IF_ERROR(check_dw_scratch(target, scratch, row_splits, groups, wd[1], bs));
   if (groups == 0 || wd[1] == 0) return ffi::Error::Success();
 
   BsmmDwArgs a;

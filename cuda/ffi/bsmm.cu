@@ -1,7 +1,8 @@
 // XLA FFI handlers for the block-sparse matmul kernels:
 //   jbs_bsmm_fwd  y  = x  @ W      (segments over output block columns of W)
 //   jbs_bsmm_dx   dx = dy @ W^T    (segments over block rows of W)
-//   jbs_bsmm_dw   dw[i] = x[:, c_i]^T @ dy[:, k_i] for each nonzero block i
+//   jbs_bsmm_dw   dw[i] = x[:, c_i]^T @ dy[:, k_i] for each nonzero block i (rows split
+//                 over row_splits CTAs per block where > 1, through the scratch result)
 // The handlers validate shapes/dtypes/attributes on the host (metadata only),
 // then enqueue one kernel on XLA's stream: no synchronisation, no allocation,
 // no host<->device copies, so they are safe to capture in CUDA graphs.
@@ -181,9 +182,11 @@ ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
 
 ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
                       ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dw_result,
-                      int32_t block_size, int32_t precision) {
+                      ffi::Result<ffi::AnyBuffer> scratch_result, int32_t block_size, int32_t precision,
+                      int32_t row_splits) {
   const char* target = "jbs_bsmm_dw";
   ffi::AnyBuffer dw = *dw_result;
+  ffi::AnyBuffer scratch = *scratch_result;
   JBS_RETURN_IF_ERROR(check_supported_dtype(target, "operand x", x));
   const ffi::DataType dt = x.element_type();
   JBS_RETURN_IF_ERROR(check_attrs(target, block_size, precision));
@@ -230,6 +233,7 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
   if (nnz > kMaxGridX) {
     return invalid(target, "result dw has nnz = " + to_string(nnz) + " blocks, at most 2^31-1 are supported");
   }
+  JBS_RETURN_IF_ERROR(check_dw_scratch(target, scratch, row_splits, groups, nnz, bs));
   if (groups == 0 || nnz == 0) return ffi::Error::Success();
 
   BsmmDwArgs a;
@@ -248,6 +252,8 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
   a.block_size = block_size;
   a.precise = precision == 1;
   a.num_sms = num_sms();
+  a.row_splits = row_splits;
+  a.partials = row_splits > 1 ? static_cast<float*>(scratch.untyped_data()) : nullptr;
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -301,6 +307,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDw, jbs::BsmmDwImpl,
                                   .Arg<ffi::AnyBuffer>()  // dy (G|1, N, K)
                                   .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
                                   .Ret<ffi::AnyBuffer>()  // dw (G, nnz, bs, bs)
+                                  .Ret<ffi::AnyBuffer>()  // scratch float32 (row splits' partials)
                                   .Attr<int32_t>("block_size")
-                                  .Attr<int32_t>("precision"),
+                                  .Attr<int32_t>("precision")
+                                  .Attr<int32_t>("row_splits"),
                               {ffi::Traits::kCmdBufferCompatible});

@@ -98,6 +98,22 @@ inline ffi::Error check_supported_dtype(const char* target, const std::string& n
   return ffi::Error::Success();
 }
 
+// The dw targets' row_splits attribute and their float32 scratch result, which holds the
+// row splits' partials (groups * row_splits * blocks * bs * bs) where row_splits > 1.
+inline ffi::Error check_dw_scratch(const char* target, const ffi::AnyBuffer& scratch, int32_t row_splits,
+                                   int64_t groups, int64_t blocks, int64_t bs) {
+  if (row_splits < 1 || row_splits > kMaxGroups) {
+    return invalid(target, "attribute row_splits is " + to_string(row_splits) + ", expected 1..65535");
+  }
+  const int64_t need_scratch = row_splits > 1 ? 4 * groups * row_splits * blocks * bs * bs : 0;
+  if (scratch.element_type() != ffi::DataType::F32 || static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
+    return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) + " bytes of " +
+                               dtype_name(scratch.element_type()) + ", expected float32 of at least " +
+                               to_string(need_scratch) + " bytes for " + to_string(row_splits) + " row splits");
+  }
+  return ffi::Error::Success();
+}
+
 #define JBS_RETURN_IF_ERROR(expr)              \
   do {                                         \
     ::xla::ffi::Error jbs_err_ = (expr);       \

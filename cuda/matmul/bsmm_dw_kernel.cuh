@@ -12,7 +12,7 @@
 // many rows (a convolution over a whole image batch) one CTA per block leaves
 // most SMs idle, so the rows are cut into row_splits contiguous ranges of
 // whole chunks. Each CTA writes its fp32 partial tile to `partials`, and
-// bsmm_dw_sum_splits_kernel adds them in split order: still deterministic.
+// bsmm_dw_sum_splits_kernel adds them in a fixed order: still deterministic.
 //
 // GATHER: a convolution's weight gradient. x is an image batch read as its
 // im2col matrix (conv/gathered_tile.cuh), whose column block c-block is
@@ -169,18 +169,40 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   }
 }
 
-// dw[g, e] = sum over splits s (in order) of partials[g, s, e], e over nnz * BS * BS.
+// dw[g, e] = the sum over splits s of partials[g, s, e], e over nnz * BS * BS. A CTA
+// takes 32 consecutive elements of one group: warp w sums the splits w, w + 8, ... in
+// that order, then warp 0 adds the 8 warps' sums in warp order. A fixed order, so the
+// result is bitwise deterministic. (One thread per element summing every split in turn
+// waited on its loads one after another: 4-6 us for 132 splits of 12-50 blocks, H100,
+// benchmarks/NOTES.md, session 20.)
+constexpr int kSumSplitsThreads = 256;
+
 template <typename T>
-__global__ void bsmm_dw_sum_splits_kernel(const float* partials, T* dw, int64_t groups,
-                                          int64_t block_elems, int row_splits) {
-  const int64_t total = groups * block_elems;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t g = idx / block_elems;
-    const float* src = partials + g * row_splits * block_elems + (idx - g * block_elems);
+__global__ void __launch_bounds__(kSumSplitsThreads) bsmm_dw_sum_splits_kernel(const float* partials, T* dw,
+                                                                               int64_t groups, int64_t block_elems,
+                                                                               int row_splits) {
+  constexpr int kWarps = kSumSplitsThreads / 32;
+  __shared__ float warp_sums[kWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t pieces = (block_elems + 31) / 32;
+  for (int64_t piece = blockIdx.x; piece < groups * pieces; piece += gridDim.x) {
+    const int64_t g = piece / pieces;
+    const int64_t e = (piece - g * pieces) * 32 + lane;
     float sum = 0.f;
-    for (int s = 0; s < row_splits; ++s) sum += src[s * block_elems];
-    dw[idx] = from_float<T>(sum);
+    if (e < block_elems) {
+      const float* src = partials + g * row_splits * block_elems + e;
+#pragma unroll 4
+      for (int s = warp; s < row_splits; s += kWarps) sum += src[s * block_elems];
+    }
+    warp_sums[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && e < block_elems) {
+      float total = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) total += warp_sums[w][lane];
+      dw[g * block_elems + e] = from_float<T>(total);
+    }
+    __syncthreads();
   }
 }
 

@@ -21,6 +21,7 @@
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
+#include "matmul/bsmm_panel_dw_kernel.cuh"
 #include "matmul/bsmm_panel_kernel.cuh"
 #include "matmul/bsmm_stream_even_group_kernel.cuh"
 #include "matmul/bsmm_stream_even_kernel.cuh"
@@ -797,20 +798,19 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
   return false;
 }
 
+// Whether the strip kernel runs; if so, *p and *shape hold its parameters (the tensor
+// map is encoded once per launch, through the driver).
 template <typename T, int BS>
-bool use_conv_strip(const BsmmBlocksArgs& a) {
-  ConvStripParams unused;
-  ConvStripShape shape;
-  return conv_strip_env() != 0 && use_conv_halo<T, BS>(a) && conv_strip_geometry<T, BS>(a, &unused, &shape);
+bool use_conv_strip(const BsmmBlocksArgs& a, ConvStripParams* p, ConvStripShape* shape) {
+  if (conv_strip_env() == 0 || !use_conv_halo<T, BS>(a)) return false;
+  static_cast<GroupParams&>(*p) = group_params(a);
+  return conv_strip_geometry<T, BS>(a, p, shape);
 }
 
 template <typename T, int BS, bool TRANS>
-cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p, const ConvStripShape& shape,
+                                      cudaStream_t stream) {
   if constexpr (kIs16Bit<T> && BS == 32) {
-    ConvStripParams p;
-    ConvStripShape shape;
-    static_cast<GroupParams&>(p) = group_params(a);
-    if (!conv_strip_geometry<T, BS>(a, &p, &shape)) return cudaErrorNotSupported;  // use_conv_strip said yes
     // A tile is 256 pixels, so there are as many tiles as 256-row tiles; persistent CTAs,
     // one per SM, each walk units (tile, column group) blockIdx.x, + gridDim.x, ...
     p.units = a.num_groups * ((a.rows + 255) / 256);
@@ -854,6 +854,22 @@ inline bool gather_is_identity(const RowGather& g) {
          g.off_h == 0 && g.off_w == 0 && g.div_h == 1 && g.div_w == 1;
 }
 
+// The tensor map of a 16-bit (groups of) row-major matrix read in panels: boxes of 64
+// columns x `tile_rows` rows, 128-byte swizzled. *group_step: 1, or 0 where the matrix
+// is one for every group (group_stride 0, or a single group).
+inline bool encode_panel_map(CUtensorMap* map, const void* base, int64_t cols, int64_t rows, int64_t group_stride,
+                             int64_t groups, int tile_rows, int* group_step) {
+  const bool broadcast = group_stride == 0 || groups == 1;
+  const uint64_t row_bytes = static_cast<uint64_t>(cols) * 2;
+  const uint64_t group_bytes = broadcast ? row_bytes * static_cast<uint64_t>(rows) : static_cast<uint64_t>(group_stride) * 2;
+  const uint64_t matrix_groups = broadcast ? 1 : static_cast<uint64_t>(groups);
+  const uint64_t dims[5] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), matrix_groups, 1, 1};
+  const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes * matrix_groups, group_bytes * matrix_groups};
+  const uint32_t box[5] = {64, static_cast<uint32_t>(tile_rows), 1, 1, 1};
+  *group_step = broadcast ? 0 : 1;
+  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // Fills the kernel's fields past its operands; false where it cannot run.
 template <typename T, int BS>
 bool panel_geometry(const BsmmBlocksArgs& a, PanelParams* p) {
@@ -869,48 +885,41 @@ bool panel_geometry(const BsmmBlocksArgs& a, PanelParams* p) {
            Cfg::smem_bytes(a.in_cols, a.out_cols / BS, a.nnz, p->panel_slots + 1) <= Cfg::kOptInBytes) {
       ++p->panel_slots;
     }
-    const bool broadcast = a.in_group_stride == 0 || a.groups == 1;
-    const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * 2;
-    const uint64_t matrix_bytes = row_bytes * static_cast<uint64_t>(a.rows);
-    const uint64_t group_bytes = broadcast ? matrix_bytes : static_cast<uint64_t>(a.in_group_stride) * 2;
-    const uint64_t input_groups = broadcast ? 1 : static_cast<uint64_t>(a.groups);
-    const uint64_t dims[5] = {static_cast<uint64_t>(a.in_cols), static_cast<uint64_t>(a.rows), input_groups, 1, 1};
-    const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes * input_groups, group_bytes * input_groups};
-    const uint32_t box[5] = {64, static_cast<uint32_t>(Cfg::kTM), 1, 1, 1};
-    if (!encode_tensor_map_16bit(&p->in_map, a.in, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B)) return false;
+    if (!encode_panel_map(&p->in_map, a.in, a.in_cols, a.rows, a.in_group_stride, a.groups, Cfg::kTM,
+                          &p->group_step)) {
+      return false;
+    }
     p->panel_chunks = static_cast<int>((a.in_cols + 63) / 64);
     p->offsets = a.offsets;
     p->items = a.items;
     p->out_blocks = static_cast<int>(a.out_cols / BS);
     p->nnz = static_cast<int>(a.nnz);
-    p->group_step = broadcast ? 0 : 1;
     p->row_tiles = (a.rows + Cfg::kTM - 1) / Cfg::kTM;
     return true;
   }
   return false;
 }
 
+// Whether the panel kernel runs; if so, *p holds its parameters (the tensor map is
+// encoded once per launch, through the driver).
 template <typename T, int BS>
-bool use_panel(const BsmmBlocksArgs& a) {
+bool use_panel(const BsmmBlocksArgs& a, PanelParams* p) {
 #ifdef JBS_HAVE_SM90A
   const int env = panel_env();
   if (env == 0 || !device_is_sm90()) return false;
   if (env < 0 && (groups_env() >= 0 || wgmma_env() >= 0 || a.rows < int64_t{64} * a.num_sms)) return false;
-  PanelParams unused;
-  return panel_geometry<T, BS>(a, &unused);
+  static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
+                                                  a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
+  return panel_geometry<T, BS>(a, p);
 #else
   return false;
 #endif
 }
 
 template <typename T, int BS, bool TRANS>
-cudaError_t launch_panel_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+cudaError_t launch_panel_variant(const BsmmBlocksArgs& a, const PanelParams& p, cudaStream_t stream) {
   if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
     using Cfg = PanelConfig<T, BS>;
-    PanelParams p;
-    static_cast<FwdDxOperands&>(p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
-                                                   a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
-    if (!panel_geometry<T, BS>(a, &p)) return cudaErrorNotSupported;  // use_panel said yes
     const int64_t ctas = p.row_tiles < a.num_sms ? p.row_tiles : a.num_sms;
     const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
     const auto kernel = bsmm_panel_kernel<T, BS, TRANS>;
@@ -949,8 +958,12 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
       // Only fp32 has a precise variant; bf16/f16 products are exact in fp32.
       return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
         constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
-        if (use_panel<T, BS>(a)) return launch_panel_variant<T, BS, TRANS>(a, stream);
-        if (a.gathered && use_conv_strip<T, BS>(a)) return launch_conv_strip_variant<T, BS, TRANS>(a, stream);
+        if (PanelParams pp; use_panel<T, BS>(a, &pp)) return launch_panel_variant<T, BS, TRANS>(a, pp, stream);
+        if (a.gathered) {
+          ConvStripParams sp;
+          ConvStripShape shape;
+          if (use_conv_strip<T, BS>(a, &sp, &shape)) return launch_conv_strip_variant<T, BS, TRANS>(a, sp, shape, stream);
+        }
         if (a.gathered && use_conv_halo_ss<T, BS>(a)) return launch_conv_halo_ss_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
         if (use_group_wgmma<T, BS>(a)) {
@@ -1018,9 +1031,9 @@ inline void fill_dw_params(DwParams& p, const BsmmDwArgs& a) {
 template <typename T, int BS>
 cudaError_t sum_dw_splits(const BsmmDwArgs& a, const DwParams& p, cudaStream_t stream) {
   const int64_t block_elems = a.nnz * BS * BS;
-  const int64_t blocks = (a.groups * block_elems + 255) / 256;
-  bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
-      p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits);
+  const int64_t pieces = a.groups * ((block_elems + 31) / 32);  // a CTA's 32 elements
+  bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(pieces < 65535 ? pieces : 65535), kSumSplitsThreads, 0,
+                                 stream>>>(p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits);
   return cudaGetLastError();
 }
 
@@ -1154,6 +1167,85 @@ cudaError_t launch_conv_row_group_dw_variant(const BsmmDwArgs& a, cudaStream_t s
   }
 }
 
+// The panel dw kernel (matmul/bsmm_panel_dw_kernel.cuh) serves the weight gradient with
+// many rows and few channels: two 64-row panels of x and dy, every channel of both, must
+// fit in shared memory beside the tables (PanelDwConfig::fits; e.g. 320 + 320 channels, 832
+// in all).
+// 16-bit types, bs 16 or 32, on sm_90; x a plain matrix: the matmul's, or a 1x1 conv's
+// pixels when its gather is the identity. By default where every SM gets 64 rows, the
+// large-N dw kernel would read x and dy 1.5 times or more, and the lowering's row splits
+// give at least half the SMs a CTA; JBS_PANEL_DW=0 turns it off, =1 takes it wherever it
+// can run. The lowering sizes the row splits by the same
+// rule (jbs/_src/lowering.py: _panel_dw_sets).
+inline int panel_dw_env() { return env_switch("JBS_PANEL_DW"); }
+
+template <typename T, int BS>
+bool panel_dw_geometry(const BsmmDwArgs& a, PanelDwParams* p) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = PanelDwConfig<T, BS>;
+    if (a.rows <= 0 || a.rows > int64_t{INT32_MAX} - Cfg::kTM || a.nnz > INT32_MAX || a.x_cols % BS != 0 ||
+        a.dy_cols % BS != 0 || (a.gathered && !gather_is_identity(a.gather))) {
+      return false;
+    }
+    p->x_chunks = static_cast<int>((a.x_cols + 63) / 64);
+    p->dy_chunks = static_cast<int>((a.dy_cols + 63) / 64);
+    p->c_blocks = static_cast<int>(a.x_cols / BS);
+    p->k_blocks = static_cast<int>(a.dy_cols / BS);
+    if (!Cfg::fits(p->x_chunks, p->dy_chunks, p->c_blocks, p->k_blocks)) return false;
+    p->table_bytes = static_cast<int>(Cfg::table_bytes(p->x_chunks, p->dy_chunks, p->c_blocks, p->k_blocks));
+    p->panel_bytes = static_cast<int>(Cfg::panel_bytes(p->x_chunks, p->dy_chunks, p->c_blocks, p->k_blocks));
+    if (!encode_panel_map(&p->x_map, a.x, a.x_cols, a.rows, a.x_group_stride, a.groups, Cfg::kTM, &p->x_group_step) ||
+        !encode_panel_map(&p->dy_map, a.dy, a.dy_cols, a.rows, a.dy_group_stride, a.groups, Cfg::kTM,
+                          &p->dy_group_step)) {
+      return false;
+    }
+    p->items = a.items;
+    p->dw = a.dw;
+    p->partials = a.partials;
+    p->row_splits = a.partials != nullptr && a.row_splits > 1 ? a.row_splits : 1;
+    p->row_tiles = (a.rows + Cfg::kTM - 1) / Cfg::kTM;
+    p->dw_group_stride = a.dw_group_stride;
+    p->nnz = static_cast<int>(a.nnz);
+    p->sets = Cfg::sets(a.nnz, p->x_chunks, p->k_blocks);
+    return true;
+  }
+  return false;
+}
+
+// Whether the panel dw kernel runs; if so, *p holds its parameters.
+template <typename T, int BS>
+bool use_panel_dw(const BsmmDwArgs& a, PanelDwParams* p) {
+#ifdef JBS_HAVE_SM90A
+  const int env = panel_dw_env();
+  if (env == 0 || !device_is_sm90() || !panel_dw_geometry<T, BS>(a, p)) return false;
+  // By default also where the large-N dw kernel would read x and dy 1.5 times or more
+  // (each block reads its BS columns of both): at 1/8, bs 32, 320 -> 320 (1.2 times) that
+  // kernel took 41 us, this one 45 (benchmarks/NOTES.md, session 20).
+  return env == 1 || (a.rows >= int64_t{64} * a.num_sms && 2 * a.nnz * BS * 2 >= 3 * (a.x_cols + a.dy_cols) &&
+                      int64_t{2} * p->sets * p->row_splits * a.groups >= a.num_sms);
+#else
+  return false;
+#endif
+}
+
+template <typename T, int BS>
+cudaError_t launch_panel_dw_variant(const BsmmDwArgs& a, const PanelDwParams& p, cudaStream_t stream) {
+  if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
+    using Cfg = PanelDwConfig<T, BS>;
+    const dim3 grid(static_cast<unsigned>(p.sets * p.row_splits), static_cast<unsigned>(a.groups));
+    const auto kernel = bsmm_panel_dw_kernel<T, BS>;
+    cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    err = launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+    if (err != cudaSuccess || p.row_splits == 1) return err;
+    DwParams sums;
+    fill_dw_params(sums, a);
+    return sum_dw_splits<T, BS>(a, sums, stream);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_panel_dw() is false for these
+  }
+}
+
 template <typename T, int BS, int TN, bool PRECISE, bool BIG>
 cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   using Cfg = DwStreamConfig<T, BS, TN, BIG>;
@@ -1196,6 +1288,7 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
     constexpr int BS = decltype(bs_c)::value;
     return dispatch_bool(a.precise && std::is_same_v<T, float>, [&](auto pr_c) {
       constexpr bool PRECISE = decltype(pr_c)::value && std::is_same_v<T, float>;
+      if (PanelDwParams pp; use_panel_dw<T, BS>(a, &pp)) return launch_panel_dw_variant<T, BS>(a, pp, stream);
       if (a.gathered && use_conv_row_group_dw<T, BS>(a)) return launch_conv_row_group_dw_variant<T, BS>(a, stream);
       if (a.gathered && use_conv_halo_dw<T, BS>(a)) return launch_conv_halo_dw_variant<T, BS>(a, stream);
       if (a.gathered) return launch_dw_variant<T, BS, PRECISE, true>(a, stream);

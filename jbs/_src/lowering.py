@@ -215,8 +215,14 @@ def _reference_rule(reference_fn):
 def _ffi_call(target, block_size, precision, a, b, *tables):
     """The kernel on (possibly per-device) shapes: the output, plus a scratch result for fwd/dx."""
     groups = b.shape[0] if a.shape[0] == 1 else a.shape[0]
+    attributes = dict(block_size=np.int32(block_size), precision=np.int32(precision))
     if target == "jbs_bsmm_dw":
-        results = [jax.ShapeDtypeStruct((groups, tables[0].shape[0], block_size, block_size), a.dtype)]
+        nnz, rows = tables[0].shape[0], a.shape[1]
+        splits = _matmul_dw_row_splits(rows, a.shape[2], b.shape[2], nnz, a.dtype, block_size, groups)
+        partials = groups * splits * nnz * block_size * block_size if splits > 1 else 1
+        results = [jax.ShapeDtypeStruct((groups, nnz, block_size, block_size), a.dtype),
+                   jax.ShapeDtypeStruct((partials,), np.float32)]
+        attributes["row_splits"] = np.int32(splits)
     else:
         offsets, items, splits, group_offsets, group_items = (tables[i] for i in (0, 1, 3, 4, 5))
         scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size) +
@@ -233,9 +239,7 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                       _packed_scratch_floats(a, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
-    outs = jax.ffi.ffi_call(target, results)(a, b, *tables, block_size=np.int32(block_size),
-                                             precision=np.int32(precision))
-    return outs[0]
+    return jax.ffi.ffi_call(target, results)(a, b, *tables, **attributes)[0]
 
 
 def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
@@ -247,7 +251,10 @@ def _conv_ffi_call(target, block_size, precision, conv, a, b, *tables):
                       geometry=gather.as_attribute())
     if target == "jbs_bsconv_dw":
         nnz = tables[0].shape[0]
-        if _conv_row_group_dw(conv, a.dtype, block_size):
+        panel_sets = _panel_dw_sets(b.shape[1], a.shape[2], b.shape[2], nnz, a.dtype, block_size, conv)
+        if panel_sets:
+            splits = _panel_dw_splits(b.shape[1], groups * panel_sets, block_size)
+        elif _conv_row_group_dw(conv, a.dtype, block_size):
             # The row group kernel's CTAs each own a row group of layout blocks for every tap.
             row_groups = tables[1].shape[0] // conv.num_taps
             splits = _row_group_dw_splits(-(-b.shape[1] // _HALO_DW_ROWS), groups * row_groups)
@@ -328,6 +335,59 @@ def _row_group_dw_splits(tiles: int, ctas: int, sms: int = 132) -> int:
         return 1
     cost = lambda s: -(-ctas * s // sms) * -(-tiles // s) + 0.5 * s
     return min(range(1, min(tiles, 256) + 1), key=lambda s: (cost(s), s))
+
+
+# The panel dw kernel (cuda/matmul/bsmm_panel_dw_kernel.cuh): the weight gradient of a 1x1
+# conv with many pixels and few channels, from row panels of x and dy. A CTA holds the
+# accumulators of 20 (bs 32) or 40 (bs 16) units, so a layout with more units takes several
+# CTAs ("sets") per row range; the rows are split so that every SM gets one CTA. The dispatch
+# rule is C++'s (bsmm_launch.cuh: panel_dw_geometry, use_panel_dw; PanelDwConfig); as above,
+# this copy only sizes the row splits.
+_PANEL_DW_UNITS_PER_CTA = {16: 40, 32: 20}
+_PANEL_DW_SMEM = 226 * 1024
+_PANEL_DW_TILE = {16: 64, 32: 32}  # rows per tile (PanelDwConfig::kTM)
+_PANEL_DW_MIN_ROWS = 64 * 132     # the default's least rows (use_panel_dw)
+_SMS = 132
+
+
+def _panel_dw_sets(rows: int, x_cols: int, dy_cols: int, nnz: int, dtype, block_size: int,
+                   conv=None) -> int:
+    """CTAs per row range of the panel dw kernel, or 0 where it does not run by default
+    (JBS_PANEL_DW=0: never; =1: wherever it fits)."""
+    env = os.environ.get("JBS_PANEL_DW", "")[:1]
+    if env == "0" or block_size not in _PANEL_DW_UNITS_PER_CTA or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        return 0
+    if conv is not None and (conv.num_taps != 1 or conv.mul != (1, 1) or conv.div != (1, 1)
+                             or conv.offset != (0, 0) or conv.rows_hw != conv.source_hw):
+        return 0
+    x_chunks, dy_chunks = -(-x_cols // 64), -(-dy_cols // 64)
+    c_blocks, k_blocks = x_cols // block_size, dy_cols // block_size
+    tables = -(-4 * (c_blocks * k_blocks + 2 * x_chunks * k_blocks + 2 * (x_chunks + dy_chunks)) // 1024) * 1024
+    two_slots = 2 * (x_chunks + dy_chunks) * _PANEL_DW_TILE[block_size] * 128
+    if tables + two_slots + 1024 > _PANEL_DW_SMEM:
+        return 0
+    # By default also where the large-N dw kernel would read x and dy 1.5 times or more.
+    if env != "1" and (rows < _PANEL_DW_MIN_ROWS or 2 * nnz * block_size * 2 < 3 * (x_cols + dy_cols)):
+        return 0
+    units = min(nnz, x_chunks * k_blocks)
+    return max(1, -(-units // _PANEL_DW_UNITS_PER_CTA[block_size]))
+
+
+def _panel_dw_splits(rows: int, ctas_per_split: int, block_size: int, sms: int = _SMS) -> int:
+    """Row splits of the panel dw kernel: one CTA per SM, at least one tile per split."""
+    return int(max(1, min(-(-rows // _PANEL_DW_TILE[block_size]), sms // ctas_per_split, 65535)))
+
+
+def _matmul_dw_row_splits(rows: int, x_cols: int, dy_cols: int, nnz: int, dtype, block_size: int,
+                          groups: int) -> int:
+    """Row splits of the plain matmul's weight gradient: the panel dw kernel's where it runs, else
+    the large-N dw kernel's (one CTA per block and split). The small-N kernels take none."""
+    if rows <= _STREAM_MAX_ROWS:
+        return 1
+    panel_sets = _panel_dw_sets(rows, x_cols, dy_cols, nnz, dtype, block_size)
+    if panel_sets:
+        return _panel_dw_splits(rows, groups * panel_sets, block_size)
+    return _dw_row_splits(rows, groups * nnz)
 
 
 def _dw_row_splits(rows: int, blocks: int) -> int:
