@@ -169,37 +169,44 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   }
 }
 
-// dw[g, e] = the sum over splits s of partials[g, s, e], e over nnz * BS * BS. A CTA
-// takes 32 consecutive elements of one group: warp w sums the splits w, w + 8, ... in
-// that order, then warp 0 adds the 8 warps' sums in warp order. A fixed order, so the
-// result is bitwise deterministic. (One thread per element summing every split in turn
-// waited on its loads one after another: 4-6 us for 132 splits of 12-50 blocks, H100,
-// benchmarks/NOTES.md, session 20.)
+// dw[g, e] = the sum over splits s of partials[g, s, e], e over nnz * BS * BS. `ways`
+// threads share an element: way w sums the splits w, w + ways, ... in that order, then
+// way 0 adds the ways' sums in order. A fixed order for a given row_splits, so the result
+// is bitwise deterministic; with ways 1 a thread sums its element's splits in turn.
+// The launch shares elements only among many splits: with the panel dw kernel's 44-132,
+// one thread per element waited on its loads one after another (4-6 us, H100); with the
+// conv dw kernels' few, sharing only added threads and barriers (their dw 1.03-1.11x
+// slower; benchmarks/NOTES.md, session 20).
 constexpr int kSumSplitsThreads = 256;
+
+inline int sum_splits_ways(int row_splits) { return row_splits > 16 ? 8 : 1; }
 
 template <typename T>
 __global__ void __launch_bounds__(kSumSplitsThreads) bsmm_dw_sum_splits_kernel(const float* partials, T* dw,
                                                                                int64_t groups, int64_t block_elems,
-                                                                               int row_splits) {
-  constexpr int kWarps = kSumSplitsThreads / 32;
-  __shared__ float warp_sums[kWarps][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t pieces = (block_elems + 31) / 32;
+                                                                               int row_splits, int ways) {
+  __shared__ float way_sums[kSumSplitsThreads];
+  const int per_cta = kSumSplitsThreads / ways;  // elements of a CTA
+  const int local = threadIdx.x % per_cta, way = threadIdx.x / per_cta;
+  const int64_t pieces = (block_elems + per_cta - 1) / per_cta;
   for (int64_t piece = blockIdx.x; piece < groups * pieces; piece += gridDim.x) {
     const int64_t g = piece / pieces;
-    const int64_t e = (piece - g * pieces) * 32 + lane;
+    const int64_t e = (piece - g * pieces) * per_cta + local;
     float sum = 0.f;
     if (e < block_elems) {
       const float* src = partials + g * row_splits * block_elems + e;
 #pragma unroll 4
-      for (int s = warp; s < row_splits; s += kWarps) sum += src[s * block_elems];
+      for (int s = way; s < row_splits; s += ways) sum += src[s * block_elems];
     }
-    warp_sums[warp][lane] = sum;
+    if (ways == 1) {
+      if (e < block_elems) dw[g * block_elems + e] = from_float<T>(sum);
+      continue;
+    }
+    way_sums[threadIdx.x] = sum;
     __syncthreads();
-    if (warp == 0 && e < block_elems) {
+    if (way == 0 && e < block_elems) {
       float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) total += warp_sums[w][lane];
+      for (int w = 0; w < ways; ++w) total += way_sums[w * per_cta + local];
       dw[g * block_elems + e] = from_float<T>(total);
     }
     __syncthreads();

@@ -1031,9 +1031,12 @@ inline void fill_dw_params(DwParams& p, const BsmmDwArgs& a) {
 template <typename T, int BS>
 cudaError_t sum_dw_splits(const BsmmDwArgs& a, const DwParams& p, cudaStream_t stream) {
   const int64_t block_elems = a.nnz * BS * BS;
-  const int64_t pieces = a.groups * ((block_elems + 31) / 32);  // a CTA's 32 elements
+  const int ways = sum_splits_ways(p.row_splits);
+  const int64_t per_cta = kSumSplitsThreads / ways;
+  const int64_t pieces = a.groups * ((block_elems + per_cta - 1) / per_cta);
   bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(pieces < 65535 ? pieces : 65535), kSumSplitsThreads, 0,
-                                 stream>>>(p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits);
+                                 stream>>>(p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits,
+                                           ways);
   return cudaGetLastError();
 }
 
