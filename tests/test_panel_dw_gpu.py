@@ -90,13 +90,14 @@ def test_1x1_conv_dw_is_bitwise_deterministic(rng):
 @pytest.mark.parametrize("env,images,strides,density,expected", [
     ({"JBS_PANEL_DW": "0"}, (40, 32, 16), 1, 0.25, False),
     ({}, (4, 32, 16), 1, 0.25, False),    # 2048 pixels: too few to give every SM 64 rows
-    ({}, (40, 32, 16), 2, 0.25, False),   # a strided 1x1 conv gathers its pixels
+    ({"JBS_PANEL_DW": "1"}, (40, 32, 16), 2, 0.25, False),  # a strided 1x1 conv gathers its pixels
     ({}, (40, 32, 16), 1, 0.125, False),  # 12 blocks: the large-N dw kernel reads x and dy 1.2 times
     ({"JBS_PANEL_DW": "1"}, (4, 32, 16), 1, 0.125, True),
     ({}, (40, 32, 16), 1, 0.25, True),
 ])
 def test_panel_dw_switch_and_limits(rng, monkeypatch, env, images, strides, density, expected):
-    """The default rule (bsmm_launch.cuh: use_panel_dw) and JBS_PANEL_DW; dw correct either way."""
+    """The default rule (bsmm_launch.cuh: use_panel_dw) and JBS_PANEL_DW, which forces the kernel
+    only where it can run: not on a strided conv's gathered pixels. dw correct either way."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     conv = jbs.BlockSparseConv(jbs.layouts.random(10, 10, density=density, seed=1), 32, (1, 1), strides)

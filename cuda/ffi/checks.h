@@ -105,7 +105,12 @@ inline ffi::Error check_dw_scratch(const char* target, const ffi::AnyBuffer& scr
   if (row_splits < 1 || row_splits > kMaxGroups) {
     return invalid(target, "attribute row_splits is " + to_string(row_splits) + ", expected 1..65535");
   }
-  const int64_t need_scratch = row_splits > 1 ? 4 * groups * row_splits * blocks * bs * bs : 0;
+  const int64_t per_block = groups * row_splits * bs * bs;  // <= 2^44 within the accepted limits
+  if (row_splits > 1 && per_block > 0 && blocks > std::numeric_limits<int64_t>::max() / 4 / per_block) {
+    return invalid(target, "attribute row_splits is " + to_string(row_splits) + ": the partials of " +
+                               to_string(blocks) + " blocks would need more than 2^63 bytes of scratch");
+  }
+  const int64_t need_scratch = row_splits > 1 ? 4 * per_block * blocks : 0;
   if (scratch.element_type() != ffi::DataType::F32 || static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
     return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) + " bytes of " +
                                dtype_name(scratch.element_type()) + ", expected float32 of at least " +

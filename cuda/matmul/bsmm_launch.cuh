@@ -1171,15 +1171,15 @@ cudaError_t launch_conv_row_group_dw_variant(const BsmmDwArgs& a, cudaStream_t s
 }
 
 // The panel dw kernel (matmul/bsmm_panel_dw_kernel.cuh) serves the weight gradient with
-// many rows and few channels: two 64-row panels of x and dy, every channel of both, must
-// fit in shared memory beside the tables (PanelDwConfig::fits; e.g. 320 + 320 channels, 832
-// in all).
+// many rows and few channels: two row panels of x and dy (PanelDwConfig::kTM rows), every
+// channel of both, must fit in shared memory beside the tables (PanelDwConfig::fits: up
+// to ~830 channels of x and dy together at bs 16, ~1700 at bs 32).
 // 16-bit types, bs 16 or 32, on sm_90; x a plain matrix: the matmul's, or a 1x1 conv's
 // pixels when its gather is the identity. By default where every SM gets 64 rows, the
 // large-N dw kernel would read x and dy 1.5 times or more, and the lowering's row splits
 // give at least half the SMs a CTA; JBS_PANEL_DW=0 turns it off, =1 takes it wherever it
-// can run. The lowering sizes the row splits by the same
-// rule (jbs/_src/lowering.py: _panel_dw_sets).
+// can run. The lowering sizes the row splits by the same rule (jbs/_src/lowering.py:
+// _panel_dw_sets).
 inline int panel_dw_env() { return env_switch("JBS_PANEL_DW"); }
 
 template <typename T, int BS>
@@ -1220,12 +1220,14 @@ template <typename T, int BS>
 bool use_panel_dw(const BsmmDwArgs& a, PanelDwParams* p) {
 #ifdef JBS_HAVE_SM90A
   const int env = panel_dw_env();
-  if (env == 0 || !device_is_sm90() || !panel_dw_geometry<T, BS>(a, p)) return false;
+  if (env == 0 || !device_is_sm90()) return false;
   // By default also where the large-N dw kernel would read x and dy 1.5 times or more
   // (each block reads its BS columns of both): at 1/8, bs 32, 320 -> 320 (1.2 times) that
-  // kernel took 41 us, this one 45 (benchmarks/NOTES.md, session 20).
-  return env == 1 || (a.rows >= int64_t{64} * a.num_sms && 2 * a.nnz * BS * 2 >= 3 * (a.x_cols + a.dy_cols) &&
-                      int64_t{2} * p->sets * p->row_splits * a.groups >= a.num_sms);
+  // kernel took 41 us, this one 45 (benchmarks/NOTES.md, session 20). These cheap checks
+  // first: the geometry encodes two tensor maps through the driver.
+  if (env < 0 && (a.rows < int64_t{64} * a.num_sms || 2 * a.nnz * BS * 2 < 3 * (a.x_cols + a.dy_cols))) return false;
+  if (!panel_dw_geometry<T, BS>(a, p)) return false;
+  return env == 1 || int64_t{2} * p->sets * p->row_splits * a.groups >= a.num_sms;
 #else
   return false;
 #endif

@@ -353,9 +353,10 @@ _SMS = 132
 def _panel_dw_sets(rows: int, x_cols: int, dy_cols: int, nnz: int, dtype, block_size: int,
                    conv=None) -> int:
     """CTAs per row range of the panel dw kernel, or 0 where it does not run by default
-    (JBS_PANEL_DW=0: never; =1: wherever it fits)."""
-    env = os.environ.get("JBS_PANEL_DW", "")[:1]
-    if env == "0" or block_size not in _PANEL_DW_UNITS_PER_CTA or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+    (JBS_PANEL_DW=0: never; =1: wherever it fits). Assumes an H100's or H200's 132 SMs."""
+    env = os.environ.get("JBS_PANEL_DW", "")
+    forced = env[:1] not in ("", "0")  # as C++'s env_switch: any other value turns it on
+    if env[:1] == "0" or block_size not in _PANEL_DW_UNITS_PER_CTA or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
         return 0
     if conv is not None and (conv.num_taps != 1 or conv.mul != (1, 1) or conv.div != (1, 1)
                              or conv.offset != (0, 0) or conv.rows_hw != conv.source_hw):
@@ -367,7 +368,7 @@ def _panel_dw_sets(rows: int, x_cols: int, dy_cols: int, nnz: int, dtype, block_
     if tables + two_slots + 1024 > _PANEL_DW_SMEM:
         return 0
     # By default also where the large-N dw kernel would read x and dy 1.5 times or more.
-    if env != "1" and (rows < _PANEL_DW_MIN_ROWS or 2 * nnz * block_size * 2 < 3 * (x_cols + dy_cols)):
+    if not forced and (rows < _PANEL_DW_MIN_ROWS or 2 * nnz * block_size * 2 < 3 * (x_cols + dy_cols)):
         return 0
     units = min(nnz, x_chunks * k_blocks)
     return max(1, -(-units // _PANEL_DW_UNITS_PER_CTA[block_size]))
