@@ -25,9 +25,10 @@ for i, _ in enumerate(settings):
         for r in records if isinstance(records, list) else records.get("records", []):
             if r.get("impl") != "jbs":
                 continue
-            key = (r["op"], r["dtype"], r["n"], r["block_size"], r["density"])
+            kernel = "x".join(map(str, r["kernel"])) if "kernel" in r else "-"
+            key = (r["op"], r["dtype"], r["n"], kernel, r["block_size"], r["density"])
             rows.setdefault(key, [None] * len(settings))[i] = r["us"]
-print("op dtype n bs density | " + " | ".join(settings) + "  (us)")
-for key in sorted(rows, key=lambda k: (k[0], k[1], k[2], k[3], -k[4])):
+print("op dtype n kernel bs density | " + " | ".join(settings) + "  (us)")
+for key in sorted(rows, key=lambda k: (k[0], k[1], k[2], k[3], k[4], -k[5])):
     print(" ".join(map(str, key)), "|", " | ".join(f"{u:.1f}" if u else "-" for u in rows[key]))
 PY

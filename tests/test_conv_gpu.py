@@ -228,6 +228,80 @@ def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, en
     check_three_ops(rng, conv, images + (4 * bs,), dtype)
 
 
+@pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1))),
+                                                 ((2, 2), ((1, 0), (1, 0)))])
+@pytest.mark.parametrize("density", [0.2, 0.5])
+def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding, density):
+    """The strip kernel's ring: items whole (4 columns a slot) or split into one sub-item per
+    warpgroup (2 columns a slot, JBS_CONV_STRIP_SPLIT; by default below density ~1/3), and as
+    many slots as fit (3x3: 2 whole, 3 split; 2x3: 3 whole, 4 split) or 2
+    (JBS_CONV_STRIP_STAGES=2). Over 240 units, so every slot is reused many times across
+    units: forward and input gradient against float64 in every variant, and the same bits in
+    all of them, since neither changes the order of any sum."""
+    layout = heavy_column_layout(rng, 5, 12, density=density)
+    conv = jbs.BlockSparseConv(layout, 32, kernel_size, 1, padding)
+    x_shape = (40, 32, 16, 5 * 32)
+    x = random_array(rng, x_shape, jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    g = random_array(rng, x_shape[:3] + (12 * 32,), jnp.bfloat16)
+    kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
+    ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(x, jnp.float32))
+    ref_dx = ref_pullback(jnp.asarray(g, jnp.float32))[0]
+
+    def fwd_and_dx():  # a new function each time: a new executable (and CUDA graph capture)
+        def run(x, w, g):
+            y, pullback = jax.vjp(lambda x: conv(x, w), x)
+            return y, pullback(g)[0]
+        return jax.jit(run)
+
+    results = []
+    for env in ({}, {"JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "1"},
+                {"JBS_CONV_STRIP_SPLIT": "1", "JBS_CONV_STRIP_STAGES": "2"}):
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)  # read by the launcher at every launch
+            y, dx = fwd_and_dx()(x, w, g)
+        assert rel_error(y, f64(ref_y)) < tolerance(jnp.bfloat16), env
+        assert rel_error(dx, f64(ref_dx)) < tolerance(jnp.bfloat16), env
+        results.append((np.asarray(y), np.asarray(dx)))
+    for y, dx in results[1:]:
+        np.testing.assert_array_equal(y, results[0][0])
+        np.testing.assert_array_equal(dx, results[0][1])
+
+
+@pytest.mark.parametrize("bs,env", [(16, {}), (32, {"JBS_CONV_STRIP": "0"})])
+def test_conv_ss_kernel_ring_depth(rng, monkeypatch, bs, env):
+    """The ss kernel's ring takes as many slots as fit (bs 16, 3x3: 4) or 2
+    (JBS_CONV_SS_STAGES=2), over 240 units: forward and input gradient against float64 with
+    either, with a narrower last column group, and the same bits."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    layout = heavy_column_layout(rng, 5, 20 if bs == 16 else 10, density=0.4)
+    conv = jbs.BlockSparseConv(layout, bs, (3, 3))
+    x_shape = (40, 32, 16, 5 * bs)
+    x = random_array(rng, x_shape, jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    g = random_array(rng, x_shape[:3] + (layout.shape[1] * bs,), jnp.bfloat16)
+    kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
+    ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(x, jnp.float32))
+    ref_dx = ref_pullback(jnp.asarray(g, jnp.float32))[0]
+    results = []
+    for stages in (None, "2"):
+        with monkeypatch.context() as m:
+            if stages:
+                m.setenv("JBS_CONV_SS_STAGES", stages)
+
+            def run(x, w, g):  # a new function each time: a new executable
+                y, pullback = jax.vjp(lambda x: conv(x, w), x)
+                return y, pullback(g)[0]
+            y, dx = jax.jit(run)(x, w, g)
+        assert rel_error(y, f64(ref_y)) < tolerance(jnp.bfloat16)
+        assert rel_error(dx, f64(ref_dx)) < tolerance(jnp.bfloat16)
+        results.append((np.asarray(y), np.asarray(dx)))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
 @pytest.mark.parametrize("kernel_size,padding,dilation",
                          HALO_GEOMETRIES[:4] + [((3, 2), ((1, 1), (1, 0)), 1)])  # 3x3, 2x3, 2x2, 3x2
 @pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (32, jnp.float16), (16, jnp.bfloat16)])

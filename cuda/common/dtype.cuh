@@ -8,6 +8,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace jbs {
 
 // Runtime tag for the three storage types. Kept separate from xla::ffi::DataType
@@ -41,6 +44,17 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) {
   return __float2half_rn(v);
+}
+
+// Two values of a 16-bit T in one register, a in the low half (the lower address).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float a, float b) {
+  static_assert(kIs16Bit<T>, "pack_pair: 16-bit types");
+  const T lo = from_float<T>(a), hi = from_float<T>(b);
+  uint16_t lo_bits, hi_bits;
+  memcpy(&lo_bits, &lo, 2);
+  memcpy(&hi_bits, &hi, 2);
+  return static_cast<uint32_t>(lo_bits) | (static_cast<uint32_t>(hi_bits) << 16);
 }
 
 }  // namespace jbs

@@ -112,6 +112,20 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// Where the next item of a ring of `slots` mbarrier-guarded slots goes: its slot, the
+// parity of the slot's `full` phase it waits for (its `empty` wait is for phase ^ 1,
+// the release of the slot's previous item), and whether the slot had an item before.
+struct RingPosition {
+  int slots;
+  int stage = 0;
+  uint32_t phase = 0;
+  bool reused = false;
+  __device__ explicit RingPosition(int slots_) : slots(slots_) {}
+  __device__ __forceinline__ void advance() {
+    if (++stage == slots) stage = 0, phase ^= 1u, reused = true;
+  }
+};
+
 // A barrier among `count` threads (whole warps) of the CTA, id 1..15 (0 is
 // __syncthreads'), for when only some warps take part.
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {

@@ -59,6 +59,9 @@ struct ConvStripParams : GroupParams {
   int nnz_per_tap;       // weight blocks of one tap: w holds taps x nnz_per_tap
   StripHaloShape halo;
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
+  int stages;            // ring slots, 2 .. kMaxStages: as many as fit (ConvStripConfig::stages_for)
+  int split;             // 1: each item goes to the ring as one sub-item per warpgroup with blocks
+  int tap_slot[64];      // halo slot of tap t's shift (StripHaloShape::tap_slot), t < taps <= 64
 };
 
 template <typename T, int R>
@@ -68,23 +71,40 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgro
   static constexpr int kP = 4;            // block columns per group: two per warpgroup
   static constexpr int kN = 8 * R;        // pixels per strip: one wgmma's N
   static constexpr int kStrips = 32 / R;  // per 256-pixel tile
-  static constexpr int kStages = 2;
+  static constexpr int kMaxStages = 4;
+  static constexpr int kMaxTaps = 64;
   static constexpr int kPlanes = BS / 8;
   static constexpr int kBlockElems = BS * BS;
-  static constexpr int kTapElems = kP * kBlockElems;
-  static constexpr int kLdS = kP * BS + 8;  // the epilogue's staged tile: 256 pixels x 128 channels of T
   static constexpr int kOptInBytes = 226 * 1024;
+  // The epilogue: each consumer warp stages its 16 channels of 32 pixels at a time, a
+  // pixel's 16 channels in a 48-byte row (stmatrix rows then fall in distinct banks).
+  static constexpr int kOutPixels = 32;
+  static constexpr int kOutLd = 24;
+  static constexpr int kOutElems = (kConsumerThreads / 32) * kOutPixels * kOutLd;
   static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
-  // A ring slot: the halo, then every tap's P blocks; it also holds the staged output tile.
-  static constexpr int64_t slot_elems(int taps, int plane_slots) {
-    const int64_t operands = halo_elems(plane_slots) + static_cast<int64_t>(taps) * kTapElems;
-    return operands > 256 * kLdS ? operands : 256 * kLdS;
+  // Block columns a slot holds: all P of an item, or a warpgroup's 2 of a sub-item.
+  static constexpr int slot_columns(bool split) { return split ? 2 : kP; }
+  // A ring slot: the halo, then every tap's blocks of the slot's columns.
+  static constexpr int64_t slot_elems(int taps, int plane_slots, bool split) {
+    return halo_elems(plane_slots) + static_cast<int64_t>(taps) * slot_columns(split) * kBlockElems;
   }
-  // The ring, then one zero block (the A operand of an absent block column).
-  static constexpr int64_t smem_bytes(int taps, int plane_slots) {
-    return (kStages * slot_elems(taps, plane_slots) + kBlockElems) * static_cast<int64_t>(sizeof(T));
+  // The ring, the epilogue's staging and one zero block (the A operand of an absent column).
+  static constexpr int64_t smem_bytes(int taps, int plane_slots, bool split, int stages) {
+    return (stages * slot_elems(taps, plane_slots, split) + kOutElems + kBlockElems) *
+           static_cast<int64_t>(sizeof(T));
+  }
+  // The most ring slots that fit (0: not even 2). A deeper ring gives each item's loads a
+  // longer lead: with 2 slots an item's loads start only when the item two back is done.
+  static constexpr int stages_for(int taps, int plane_slots, bool split) {
+    int stages = kMaxStages;
+    while (stages >= 2 && smem_bytes(taps, plane_slots, split, stages) > kOptInBytes) --stages;
+    return stages >= 2 ? stages : 0;
   }
 };
+
+// What the loader publishes with a slot: the present columns of its (sub-)item (bits
+// 0..3) and whether it is its unit's last (bit 4).
+constexpr unsigned kStripLastOfUnit = 16u;
 
 // TAPS_PER_WAIT (3 or 2) divides the taps: the register buffers of A fragments (see
 // run_batch).
@@ -96,9 +116,10 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   constexpr int kP = Cfg::kP;
   constexpr int kN = Cfg::kN;
   constexpr int kStrips = Cfg::kStrips;
-  __shared__ uint64_t full[Cfg::kStages];   // a slot's halo boxes and weight blocks have landed
-  __shared__ uint64_t empty[Cfg::kStages];  // the 8 consumer warps are done with a slot
-  __shared__ unsigned slot_mask[Cfg::kStages];  // the slot's item's present columns
+  __shared__ uint64_t full[Cfg::kMaxStages];   // a slot's halo boxes and weight blocks have landed
+  __shared__ uint64_t empty[Cfg::kMaxStages];  // the 8 consumer warps are done with a slot
+  __shared__ unsigned slot_info[Cfg::kMaxStages];  // the slot's present columns | kStripLastOfUnit
+  __shared__ int tap_slot[Cfg::kMaxTaps];      // p.tap_slot: read per tap with no index arithmetic
   __shared__ int64_t unit_range[2];
   unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
@@ -106,10 +127,14 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   const int taps = g.taps_h * g.taps_w;
   const int width = g.rows_w, height = g.rows_h;
   const int band_slots = p.halo.band_slots;
+  const bool split = p.split != 0;
+  const int slot_cols = Cfg::slot_columns(split);
   const int64_t halo_elems = Cfg::halo_elems(p.halo.plane_slots);
-  const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots);
+  const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots, split);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
-  T* const zero_block = smem + Cfg::kStages * slot_elems;
+  const int stages = p.stages;
+  T* const out_stage = smem + stages * slot_elems;
+  T* const zero_block = out_stage + Cfg::kOutElems;
 
   using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes>;
   const int tid = threadIdx.x;
@@ -124,59 +149,72 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
     if (lane == 0) unit_range[0] = first, unit_range[1] = end;
   }
   if (tid == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
+    for (int s = 0; s < stages; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], Cfg::kConsumerThreads / 32);
     }
     mbarrier_init_fence();
   }
+  for (int t = tid; t < taps; t += Cfg::kThreads) tap_slot[t] = p.tap_slot[t];
   for (int i = tid; i < Cfg::kBlockElems / 8; i += Cfg::kThreads) reinterpret_cast<uint4*>(zero_block)[i] = uint4{};
-  __syncthreads();  // barriers initialised, the unit run and the zero block in place
+  __syncthreads();  // barriers initialised, the unit run, the tap slots and the zero block in place
   const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
   UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
 
   if (warp >= kLoaderWarp) {
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
     if (warp > kLoaderWarp) return;
-    // The loader: item i of the CTA's walk (over all its units) goes to ring slot i & 1
-    // once the consumers have released item i - 2 there. Each item is the halo (one TMA
-    // box per strip and plane, zeros outside the image, so a slot never keeps another
-    // tile's pixels) and every tap's present blocks, raw (row-major, BS x BS) at tap t,
-    // column q: one bulk copy each, all on the slot's full barrier.
+    // The loader: (sub-)item i of the CTA's walk (over all its units) goes to ring slot
+    // i % stages once the consumers have released (sub-)item i - stages there. Each is
+    // the halo (one TMA box per strip and plane, zeros outside the image, so a slot never
+    // keeps another tile's pixels) and every tap's present blocks of its columns, raw
+    // (row-major, BS x BS) at tap t, column q: one bulk copy each, all on the slot's full
+    // barrier. With p.split an item whose two warpgroups both have blocks goes out as two
+    // sub-items, one per warpgroup, each with the halo: the slots hold 2 columns instead
+    // of 4, so more of them fit, and the warpgroups no longer work in step.
     const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
     typename Halo::Pos pos[kStrips];
     auto on_unit = [&](int64_t tile) { Halo::strips_of(g, tile, pos); };
-    int64_t seq = 0;
-    for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit), ++seq) {
-      const int stage = static_cast<int>(seq & 1);
+    RingPosition ring(stages);
+    for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit)) {
       int row[1 + kP];
       cursor.row(row);  // before the wait: its latency hides behind it
       const unsigned mask = present_columns<kP>(row);
-      if (seq >= Cfg::kStages) mbarrier_wait(&empty[stage], static_cast<uint32_t>((seq >> 1) - 1) & 1u);
-      T* const slot = smem + stage * slot_elems;
-      if (lane == 0) {
-        slot_mask[stage] = mask;  // published by the arrival below (release)
-        mbarrier_arrive_expect_tx(&full[stage],
-                                  Halo::bytes(p.halo) + taps * __popc(mask) * Cfg::kBlockElems * sizeof(T));
-      }
-      __syncwarp();
-      fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
-      Halo::issue(p.halo, &p.halo_map, pos, row[0], static_cast<int>(blockIdx.y) * p.halo.group_step, lane, slot,
-                  &full[stage]);
-      for (int j = lane; j < taps * kP; j += 32) {
-        const int t = j / kP, q = j - t * kP;
-        int block = -1;
-#pragma unroll
-        for (int c = 0; c < kP; ++c) block = c == q ? row[1 + c] : block;
-        if (block >= 0) {
-          bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
-                        w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
-                        Cfg::kBlockElems * sizeof(T), &full[stage]);
+      const bool last_item = cursor.item + 1 == cursor.items;
+      for (int half = 0; half < 2; ++half) {
+        // The sub-item's columns: all of them in one go, or warpgroup `half`'s.
+        const unsigned cols = split ? mask & (3u << (2 * half)) : mask;
+        if (cols == 0) continue;  // (unsplit: never, an item has a block)
+        const bool last = last_item && (!split || half == 1 || (mask >> 2) == 0);
+        const int stage = ring.stage;
+        if (ring.reused) mbarrier_wait(&empty[stage], ring.phase ^ 1u);  // the slot's previous item released
+        T* const slot = smem + stage * slot_elems;
+        if (lane == 0) {
+          slot_info[stage] = cols | (last ? kStripLastOfUnit : 0u);  // published by the arrival below (release)
+          mbarrier_arrive_expect_tx(&full[stage],
+                                    Halo::bytes(p.halo) + taps * __popc(cols) * Cfg::kBlockElems * sizeof(T));
         }
+        __syncwarp();
+        fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
+        Halo::issue(p.halo, &p.halo_map, pos, row[0], static_cast<int>(blockIdx.y) * p.halo.group_step, lane, slot,
+                    &full[stage]);
+        for (int j = lane; j < taps * slot_cols; j += 32) {
+          const int t = j / slot_cols, q = j - t * slot_cols + (split ? 2 * half : 0);
+          int block = -1;
+#pragma unroll
+          for (int c = 0; c < kP; ++c) block = c == q ? row[1 + c] : block;
+          if ((cols >> q) & 1u) {
+            bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
+                          w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
+                          Cfg::kBlockElems * sizeof(T), &full[stage]);
+          }
+        }
+        ring.advance();
+        if (!split) break;
       }
       ++cursor.item;
     }
-    return;  // the consumers meet at named barriers of their own 256 threads only
+    return;  // the consumers meet at no barrier with the loader from here on
   }
   warpgroup_reg_alloc<Cfg::kConsumerRegs>();
 
@@ -192,35 +230,50 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   const int my_column = 2 * wg + (warp & 3) / 2;
   const int m_in_block = (warp & 1) * 16;
   const int lr = lane & 7, li = lane >> 3;
+  const int out_blocks = static_cast<int>(p.out_cols / BS);
+  T* const my_out_stage = out_stage + warp * Cfg::kOutPixels * Cfg::kOutLd;
 
-  // This warp is done with slot `stage` (its wgmmas drained, or its epilogue read back).
-  auto release = [&](int stage) { mbarrier_arrive_warp(&empty[stage], lane); };
-
-  // Unit (tile, group q)'s output: the staged tile cs (pixels x channels, row stride
-  // kLdS), or zeros where cs is null; 16-byte rows to y.
-  auto store_tile = [&](int64_t tile, int q, const T* cs) {
-    const int out_blocks = static_cast<int>(p.out_cols / BS);
-    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
-    T* const out_group =
-        static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + static_cast<int64_t>(q) * kP * BS;
-    constexpr int kVec = 8;
+  // Unit (tile, group q)'s output, this warp's 16 channels of it, from its accumulators:
+  // 32 pixels at a time through the warp's staging rows (stmatrix, transposed: a pixel's
+  // 16 channels in one row), then 16-byte stores, a pixel's 32 bytes whole sectors of y.
+  auto store_tile = [&](int64_t tile, int q, const float (&acc)[kStrips][kN / 8][4]) {
+    if (q * kP + my_column >= out_blocks) return;  // past the last output column (a narrower last group)
+    T* const out_at = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride +
+                        static_cast<int64_t>(q * kP + my_column) * BS + m_in_block;
     typename Halo::Pos out_pos[kStrips];
     Halo::strips_of(g, tile, out_pos);
-    const int chunks_per_pixel = num_cols * (BS / kVec);
-    for (int idx = tid; idx < 256 * chunks_per_pixel; idx += Cfg::kConsumerThreads) {
-      const int pixel = idx / chunks_per_pixel;
-      const int c = (idx - pixel * chunks_per_pixel) * kVec;
-      const int n = pixel % kN;
-      const typename Halo::Pos pos = Halo::pick(out_pos, pixel / kN);
-      if (pos.image >= images) continue;
-      const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
-      *reinterpret_cast<uint4*>(out_group + row * p.out_cols + c) =
-          cs ? *reinterpret_cast<const uint4*>(cs + pixel * Cfg::kLdS + c) : uint4{};
+#pragma unroll
+    for (int s = 0; s < kStrips; ++s) {
+#pragma unroll
+      for (int chunk = 0; chunk < kN / Cfg::kOutPixels; ++chunk) {
+        // stmatrix x4 of n-tiles nt, nt + 1: matrix j = (n-tile nt + j / 2, channels 8 (j % 2)..).
+#pragma unroll
+        for (int pair = 0; pair < Cfg::kOutPixels / 16; ++pair) {
+          const int nt = chunk * (Cfg::kOutPixels / 8) + 2 * pair;
+          T* const row_at = my_out_stage + (16 * pair + 8 * (li >> 1) + lr) * Cfg::kOutLd + 8 * (li & 1);
+          stsm_x4_t(row_at, pack_pair<T>(acc[s][nt][0], acc[s][nt][1]), pack_pair<T>(acc[s][nt][2], acc[s][nt][3]),
+                    pack_pair<T>(acc[s][nt + 1][0], acc[s][nt + 1][1]),
+                    pack_pair<T>(acc[s][nt + 1][2], acc[s][nt + 1][3]));
+        }
+        __syncwarp();
+        const typename Halo::Pos pos = Halo::pick(out_pos, s);
+#pragma unroll
+        for (int v = lane; v < Cfg::kOutPixels * 2; v += 32) {
+          const int pixel = v >> 1, half = v & 1;
+          const int n = chunk * Cfg::kOutPixels + pixel;
+          if (pos.image < images) {
+            const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
+            *reinterpret_cast<uint4*>(out_at + row * p.out_cols + 8 * half) =
+                *reinterpret_cast<const uint4*>(my_out_stage + pixel * Cfg::kOutLd + 8 * half);
+          }
+        }
+        __syncwarp();  // the rows are read before the next chunk's stmatrix
+      }
     }
   };
 
   float acc[kStrips][kN / 8][4];
-  int64_t seq = 0;  // items computed so far
+  RingPosition ring(stages);  // the slot of the next (sub-)item
   for (int64_t unit = first_unit; unit < end_unit; ++unit) {
 #pragma unroll
     for (int s = 0; s < kStrips; ++s) {
@@ -229,18 +282,15 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
     }
     const int64_t tile = unit / p.num_groups;
     const int q = cursor.group_of(unit);
-    const int items = cursor.num_items(unit);
-    if (items == 0) {
-      // No item, no slot of its own (the loader skips the unit): zeros straight to y.
-      store_tile(tile, q, nullptr);
-      continue;
-    }
-    for (int i = 0; i < items; ++i, ++seq) {
-      const int stage = static_cast<int>(seq & 1);
-      mbarrier_wait(&full[stage], static_cast<uint32_t>(seq >> 1) & 1u);
-      const unsigned mask = slot_mask[stage];
-      const bool mine = (mask >> (2 * wg)) & 3u;  // this warpgroup has a block of the item
-      const bool my_block = (mask >> my_column) & 1u;
+    // A unit without items has no slot (the loader skips it): its output is zeros.
+    bool last = cursor.num_items(unit) == 0;
+    for (; !last; ring.advance()) {
+      const int stage = ring.stage;
+      mbarrier_wait(&full[stage], ring.phase);
+      const unsigned info = slot_info[stage];
+      last = (info & kStripLastOfUnit) != 0;
+      const bool mine = (info >> (2 * wg)) & 3u;  // this warpgroup has a block of the (sub-)item
+      const bool my_block = (info >> my_column) & 1u;
       const T* const ws = smem + stage * slot_elems + halo_elems;
       const uint64_t b_item = b_base + stage * slot_units;
 
@@ -254,8 +304,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
       uint32_t a[NTAPS][2][4];
       // An absent block's A is read from the zero block: a choice of address, not of the
       // loaded values, so nothing waits for the ldmatrix until the wgmma.
-      const T* const a_base = my_block ? ws + my_column * Cfg::kBlockElems : zero_block;
-      const int a_tap_stride = my_block ? kP * Cfg::kBlockElems : 0;
+      const T* const a_base = my_block ? ws + (my_column & (slot_cols - 1)) * Cfg::kBlockElems : zero_block;
+      const int a_tap_stride = my_block ? slot_cols * Cfg::kBlockElems : 0;
       auto load_a = [&](uint32_t (&buf)[2][4], int t) {
         t = t < taps ? t : taps - 1;  // past the last tap: a harmless reload, no branch
         const T* const blk = a_base + t * a_tap_stride;
@@ -270,16 +320,12 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
           }
         }
       };
-      auto tap_slot = [&](int t) {
-        const int kh = t / g.taps_w, kw = t - kh * g.taps_w;
-        return p.halo.tap_slot(g.off_h + kh * g.step_h, g.off_w + kw * g.step_w);
-      };
       // Batch b: taps NTAPS b .. NTAPS b + NTAPS - 1.
       auto run_batch = [&](int b) {
 #pragma unroll
         for (int j = 0; j < NTAPS; ++j) {
           const int t = b * NTAPS + j;
-          const uint64_t b_tap = b_item + tap_slot(t);
+          const uint64_t b_tap = b_item + tap_slot[t];
           wgmma_fence();
 #pragma unroll
           for (int ks = 0; ks < 2; ++ks) {
@@ -300,30 +346,9 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
         for (int b = 0; b * NTAPS < taps; ++b) run_batch(b);
         wgmma_wait<0>();
       }
-      // A unit's last item keeps its slot for the epilogue, released after it.
-      if (i + 1 < items) release(stage);
+      mbarrier_arrive_warp(&empty[stage], lane);  // this warp is done with the slot
     }
-    // The epilogue, in the slot of the unit's last item, which the loader refills only
-    // after its release below: the tile as pixels x channels of T, accumulator row m
-    // (channel 64 wg + m) and column n of strip s to row s * kN + n.
-    named_barrier_sync(1, Cfg::kConsumerThreads);  // both warpgroups are done with the slot's operands
-    T* const cs = smem + ((seq + 1) & 1) * slot_elems;
-    const int gq = lane >> 2, tq = lane & 3;
-    const int m0 = 64 * wg + 16 * (warp & 3) + gq;
-#pragma unroll
-    for (int s = 0; s < kStrips; ++s) {
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-        const int n = s * kN + nt * 8 + 2 * tq;
-        cs[n * Cfg::kLdS + m0] = from_float<T>(acc[s][nt][0]);
-        cs[(n + 1) * Cfg::kLdS + m0] = from_float<T>(acc[s][nt][1]);
-        cs[n * Cfg::kLdS + m0 + 8] = from_float<T>(acc[s][nt][2]);
-        cs[(n + 1) * Cfg::kLdS + m0 + 8] = from_float<T>(acc[s][nt][3]);
-      }
-    }
-    named_barrier_sync(1, Cfg::kConsumerThreads);
-    store_tile(tile, q, cs);
-    release(static_cast<int>((seq + 1) & 1));
+    store_tile(tile, q, acc);
   }
 }
 

@@ -691,10 +691,12 @@ bool conv_halo_ss_geometry(const BsmmBlocksArgs& a, ConvHaloSsParams* hp) {
     using Cfg = ConvHaloSsConfig<T, BS>;
     const int taps = static_cast<int>(a.gather.taps());
     int64_t lo = 0, hi = 0;
-    if (!halo_tables_usable<BS>(a, &lo, &hi) || !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band) ||
-        Cfg::smem_bytes(taps, hp->band.plane_slots) > Cfg::kOptInBytes) {
-      return false;
-    }
+    if (!halo_tables_usable<BS>(a, &lo, &hi) || !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band)) return false;
+    hp->stages = Cfg::stages_for(taps, hp->band.plane_slots);
+    if (hp->stages == 0) return false;
+    // JBS_CONV_SS_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
+    const char* forced = std::getenv("JBS_CONV_SS_STAGES");
+    if (forced != nullptr && forced[0] == '2') hp->stages = 2;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     return true;
   }
@@ -725,7 +727,7 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
     if (err != cudaSuccess) return err;
     const int taps = static_cast<int>(a.gather.taps());
     return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                         static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots)), stream, p);
+                         static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots, p.stages)), stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_conv_halo_ss() is false for these
   }
@@ -737,6 +739,7 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
 // reaching at most 8 pixels left and right together, and the halo within its
 // copies. JBS_CONV_STRIP=0 leaves those convs to the ss / halo kernels.
 inline int conv_strip_env() { return env_switch("JBS_CONV_STRIP"); }
+inline constexpr double kConvStripSplitBelow = 0.375;
 
 struct ConvStripShape {
   int strip_rows = 0;     // R
@@ -788,11 +791,31 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     if (width % 8 != 0 || shape->strip_rows == 0 || shape->taps_per_wait == 0) return false;
     using Cfg32 = ConvStripConfig<T, 32>;
     if (!strip_halo_shape(a, shape->strip_rows, 32 / shape->strip_rows, &hp->halo, &hp->halo_map)) return false;
+    if (taps > Cfg32::kMaxTaps) return false;
     const int slots = hp->halo.plane_slots;
-    const int64_t smem = shape->strip_rows == 32 ? Cfg32::smem_bytes(taps, slots)
-                                                 : ConvStripConfig<T, 16>::smem_bytes(taps, slots);
-    if (smem > Cfg32::kOptInBytes) return false;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
+    auto stages_for = [&](bool split) {
+      return shape->strip_rows == 32 ? Cfg32::stages_for(taps, slots, split)
+                                     : ConvStripConfig<T, 16>::stages_for(taps, slots, split);
+    };
+    // Sub-items per warpgroup (JBS_CONV_STRIP_SPLIT=0/1 forces) where whole items leave room
+    // for only 2 slots (3x3: 2 whole, 3 split), below density ~1/3: there few items have
+    // blocks for both warpgroups, whose halo the split loads twice. Measured (session 21):
+    // 3x3 fwd 1.03-1.06x faster at 1/4 and 1/8, 2x3 (3 slots whole, 4 split) 1.0-1.16x slower.
+    const double density = static_cast<double>(hp->nnz_per_tap) / (static_cast<double>(a.in_cols / BS) *
+                                                                      static_cast<double>(a.out_cols / BS));
+    const int split_env = env_switch("JBS_CONV_STRIP_SPLIT");
+    hp->split = split_env >= 0 ? split_env
+                               : density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
+    hp->stages = stages_for(hp->split);
+    if (hp->stages == 0) return false;
+    // JBS_CONV_STRIP_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
+    const char* forced = std::getenv("JBS_CONV_STRIP_STAGES");
+    if (forced != nullptr && forced[0] == '2') hp->stages = 2;
+    for (int t = 0; t < taps; ++t) {
+      const int kh = t / g.taps_w, kw = t - kh * g.taps_w;
+      hp->tap_slot[t] = hp->halo.tap_slot(g.off_h + kh * g.step_h, g.off_w + kw * g.step_w);
+    }
     return true;
   }
   return false;
@@ -825,7 +848,8 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
       return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.plane_slots)), stream, p);
+                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.plane_slots, p.split, p.stages)),
+                           stream, p);
     };
     using I32 = std::integral_constant<int, 32>;
     using I16 = std::integral_constant<int, 16>;
