@@ -269,6 +269,31 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
         np.testing.assert_array_equal(dx, results[0][1])
 
 
+@pytest.mark.parametrize("x_axis,w_axis", [(0, 0), (None, 0), (0, None)])
+def test_conv_strip_kernel_under_vmap(rng, x_axis, w_axis):
+    """The strip kernel under vmap: stacked weights are a group coordinate of its weight
+    tensor map, stacked activations one of its halo map, and broadcast ones coordinate 0.
+    Forward and input gradient of each slice against float64."""
+    layout = heavy_column_layout(rng, 4, 6, density=0.4)
+    conv = jbs.BlockSparseConv(layout, 32, (3, 3))
+    x = random_array(rng, (3, 2, 32, 16, 4 * 32) if x_axis == 0 else (2, 32, 16, 4 * 32), jnp.bfloat16)
+    w = random_array(rng, (3,) + conv.w_shape if w_axis == 0 else conv.w_shape, jnp.bfloat16)
+    g = random_array(rng, (3, 2, 32, 16, 6 * 32), jnp.bfloat16)
+
+    def fwd_and_dx(x, w, g):
+        y, pullback = jax.vjp(lambda x: conv(x, w), x)
+        return y, pullback(g)[0]
+
+    ys, dxs = jax.jit(jax.vmap(fwd_and_dx, in_axes=(x_axis, w_axis, 0)))(x, w, g)
+    for i in range(3):
+        xi = x[i] if x_axis == 0 else x
+        wi = w[i] if w_axis == 0 else w
+        kernel = conv.to_dense(jnp.asarray(wi, jnp.float32))
+        ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(xi, jnp.float32))
+        assert rel_error(ys[i], f64(ref_y)) < tolerance(jnp.bfloat16)
+        assert rel_error(dxs[i], f64(ref_pullback(jnp.asarray(g[i], jnp.float32))[0])) < tolerance(jnp.bfloat16)
+
+
 @pytest.mark.parametrize("bs,env", [(16, {}), (32, {"JBS_CONV_STRIP": "0"})])
 def test_conv_ss_kernel_ring_depth(rng, monkeypatch, bs, env):
     """The ss kernel's ring takes as many slots as fit (bs 16, 3x3: 4) or 2
