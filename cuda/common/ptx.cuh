@@ -63,19 +63,9 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "r"(smem_u32(p)));
 }
 
-// The store counterparts (sm_90): lane l gives the row addresses as for ldsm_x4, and
+// The store counterpart (sm_90): lane l gives the row addresses as for ldsm_x4, and
 // register j holds matrix j in the fragment layout above; .trans stores each
 // matrix transposed (register row r, column c to memory row c, column r).
-__device__ __forceinline__ void stsm_x4(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
-               ::"r"(smem_u32(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-
 __device__ __forceinline__ void stsm_x4_t(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"

@@ -50,7 +50,6 @@ struct ConvHaloSsParams : GroupParams {
   int nnz_per_tap;      // weight blocks of one tap: w holds taps x nnz_per_tap
   BandHaloShape band;   // the halo's geometry (conv/band_halo.cuh)
   int64_t units;        // row tiles x num_groups: the work items of the persistent CTAs
-  int stages;           // ring slots, 2 .. kMaxStages: as many as fit (ConvHaloSsConfig::stages_for)
 };
 
 template <typename T, int BS>
@@ -58,29 +57,21 @@ struct ConvHaloSsConfig : WarpRoles<104, 200> {
   static_assert(kIs16Bit<T> && (BS == 16 || BS == 32), "conv halo ss kernel: 16-bit types, blocks of 16 or 32");
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
-  static constexpr int kMaxStages = 4;
+  static constexpr int kStages = 2;
   static constexpr int kPlanes = BS / 8;
   static constexpr bool kDenseN = BS == 16;  // as the halo kernel
   static constexpr int kTapElems = kP * BS * BS;
+  static constexpr int kLdS = kP * BS + 8;  // the epilogue's staged tile: 256 pixels x 128 channels of T
   static constexpr int kOptInBytes = 226 * 1024;  // as the halo kernel
-  // The epilogue: each consumer warp stages its 16 pixels (of a square) x 64 channels at a
-  // time, a pixel in a 144-byte row (stmatrix rows then fall in distinct banks).
-  static constexpr int kOutChannels = 64;
-  static constexpr int kOutLd = kOutChannels + 8;
-  static constexpr int kOutElems = (kConsumerThreads / 32) * 16 * kOutLd;
   static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
-  // A ring slot: the halo, then every tap's P blocks.
+  // A ring slot: the halo, then every tap's P blocks, whose place also holds the
+  // staged output tile (past the halo, so that its zero padding survives).
   static constexpr int64_t slot_elems(int taps, int plane_slots) {
-    return halo_elems(plane_slots) + static_cast<int64_t>(taps) * kTapElems;
+    const int64_t taps_elems = static_cast<int64_t>(taps) * kTapElems;
+    return halo_elems(plane_slots) + (taps_elems > kTN * kLdS ? taps_elems : kTN * kLdS);
   }
-  static constexpr int64_t smem_bytes(int taps, int plane_slots, int stages) {
-    return (stages * slot_elems(taps, plane_slots) + kOutElems) * static_cast<int64_t>(sizeof(T));
-  }
-  // The most ring slots that fit (0: not even 2): each item's loads get a longer lead.
-  static constexpr int stages_for(int taps, int plane_slots) {
-    int stages = kMaxStages;
-    while (stages >= 2 && smem_bytes(taps, plane_slots, stages) > kOptInBytes) --stages;
-    return stages >= 2 ? stages : 0;
+  static constexpr int64_t smem_bytes(int taps, int plane_slots) {
+    return kStages * slot_elems(taps, plane_slots) * static_cast<int64_t>(sizeof(T));
   }
 };
 
@@ -99,14 +90,12 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
   const int row_slots = width + kBandPad;
   const int64_t halo_elems = Cfg::halo_elems(p.band.plane_slots);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.band.plane_slots);
-  const int stages = p.stages;
-  T* const out_stage = smem + stages * slot_elems;
   const T* const in_group = static_cast<const T*>(p.in) + blockIdx.y * p.in_group_stride;
   const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
 
-  __shared__ uint64_t full[Cfg::kMaxStages];   // a slot's copies have landed, and its mask is set
-  __shared__ uint64_t empty[Cfg::kMaxStages];  // the 8 consumer warps are done with a slot
-  __shared__ unsigned slot_mask[Cfg::kMaxStages];  // the slot's item's present columns
+  __shared__ uint64_t full[Cfg::kStages];   // a slot's copies have landed, and its mask is set
+  __shared__ uint64_t empty[Cfg::kStages];  // the 8 consumer warps are done with a slot
+  __shared__ unsigned slot_mask[Cfg::kStages];  // the slot's item's present columns
   __shared__ int64_t unit_range[2];
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -118,15 +107,15 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
     balanced_unit_range(p, taps, p.units / p.num_groups, lane, &first, &end);
     if (lane == 0) unit_range[0] = first, unit_range[1] = end;
   }
-  // Zeros in every slot's halo once: the pad slots before each image row are never
+  // Zeros in both slots' halos once: the pad slots before each image row are never
   // copied to, so they stay zero (the pixels of a band, in the image or not, are
   // copied, zero-filled, for every item).
   for (int64_t i = tid; i < halo_elems / 8; i += Cfg::kThreads) {
 #pragma unroll
-    for (int s = 0; s < stages; ++s) reinterpret_cast<uint4*>(smem + s * slot_elems)[i] = make_uint4(0, 0, 0, 0);
+    for (int s = 0; s < Cfg::kStages; ++s) reinterpret_cast<uint4*>(smem + s * slot_elems)[i] = make_uint4(0, 0, 0, 0);
   }
   if (tid == 0) {
-    for (int s = 0; s < stages; ++s) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&full[s], Cfg::kLoaderThreads + 1);  // every loader's cp.asyncs, and the mask
       mbarrier_init(&empty[s], Cfg::kConsumerThreads / 32);
     }
@@ -137,21 +126,21 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
   UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
 
   if (tid >= Cfg::kConsumerThreads) {
-    // The loader: item i of the CTA's walk (over all its units) into ring slot i % stages
-    // once the consumers have released item i - stages there (a fresh barrier's wait on
-    // parity 1 returns at once): its halo and every tap's P blocks (conv/tap_blocks.cuh).
+    // The loader: item i of the CTA's walk (over all its units) into ring slot i & 1 once
+    // the consumers have released item i - 2 there (a fresh barrier's wait on parity 1
+    // returns at once): its halo and every tap's P blocks (conv/tap_blocks.cuh).
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
     const int ltid = tid - Cfg::kConsumerThreads;
     BandHalo<T, Cfg::kPlanes, Cfg::kLoaderThreads> halo(p.band, width, ltid);
     TapBlockCopies<T, BS, TRANS, Cfg::kDenseN, Cfg::kLoaderThreads> copies(ltid);
     auto on_unit = [&](int64_t tile) { halo.set_tile(tile, width, height); };
-    RingPosition ring(stages);
-    for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit), ring.advance()) {
-      const int stage = ring.stage;
+    int64_t seq = 0;
+    for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit), ++seq) {
+      const int stage = static_cast<int>(seq & 1);
       int row[1 + kP];
       cursor.row(row);  // before the wait: its latency hides behind it
       copies.for_item(row);
-      mbarrier_wait(&empty[stage], ring.phase ^ 1u);
+      mbarrier_wait(&empty[stage], static_cast<uint32_t>((seq >> 1) & 1) ^ 1u);
       T* const slot = smem + stage * slot_elems;
       halo.issue(slot, in_group + static_cast<int64_t>(row[0]) * BS, p.band, width, height, p.rows, p.in_cols);
       for (int t = 0; t < taps; ++t) copies.issue(slot + halo_elems + t * Cfg::kTapElems, w, t * p.nnz_per_tap);
@@ -163,7 +152,7 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
       ++cursor.item;
     }
     cp_async_wait<0>();
-    return;  // the consumers meet at no barrier with the loaders from here on
+    return;  // the consumers meet at named barriers of their own 256 threads only
   }
   warpgroup_reg_alloc<Cfg::kConsumerRegs>();
   // Broadcast so that the compiler knows it is warp-uniform: the descriptors built
@@ -205,54 +194,29 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
   // kDenseN: one m64 x 128 accumulator per square; otherwise one m64 x BS per block column.
   constexpr int kCols = Cfg::kDenseN ? 1 : kP;
   constexpr int kN = Cfg::kDenseN ? 128 : BS;
-  const int out_blocks = static_cast<int>(p.out_cols / BS);
-  T* const my_out_stage = out_stage + warp * 16 * Cfg::kOutLd;
-  const int lr = lane & 7, li = lane >> 3;
-  // The output of unit (tile, group q), this warp's rows of it, from its accumulators:
-  // row i of a square's m64 is tile row (square_row + i / 8) * W + square_x + i % 8, and
-  // warp w holds i = 16 (w % 4) + lane / 4 + {0, 8}: 16 pixels. 64 channels at a time go
-  // through the warp's staging rows (stmatrix: a pixel's channels in one row), then out
-  // in 16-byte stores. Columns past the layout's (a narrower last group) are not written.
-  auto store_tile = [&](int64_t tile, int q, const float (&acc)[2][kCols][kN / 8][4]) {
+  // This warp is done with slot `stage` (its wgmmas drained, or its epilogue read back).
+  auto release = [&](int stage) { mbarrier_arrive_warp(&empty[stage], lane); };
+  // Unit (tile, group q)'s output: the staged tile cs (rows of kLdS), or zeros where cs
+  // is null; 16-byte rows to y.
+  auto store_tile = [&](int64_t tile, int q, const T* cs) {
     const int64_t n0 = tile * kTN;
-    const int out_channels = (out_blocks - q * kP < kP ? out_blocks - q * kP : kP) * BS;
+    const int valid_rows = static_cast<int>(p.rows - n0 < kTN ? p.rows - n0 : kTN);
+    const int out_blocks = static_cast<int>(p.out_cols / BS);
+    const int num_cols = out_blocks - q * kP < kP ? out_blocks - q * kP : kP;
     T* const out = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + n0 * p.out_cols +
                    static_cast<int64_t>(q) * kP * BS;
-    constexpr int kGroupsPerCol = kN / 8;  // 8-channel groups of an accumulator column
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r0 = (square_row[h] + 2 * (warp & 3)) * width + square_x[h];  // the warp's first pixel
-#pragma unroll
-      for (int chunk = 0; chunk < kP * BS / Cfg::kOutChannels; ++chunk) {
-        if (chunk * Cfg::kOutChannels >= out_channels) break;  // warp-uniform
-        // stmatrix x4 of channel groups e, e + 1: matrix j = (group e + j / 2, pixels 8 (j % 2)..).
-#pragma unroll
-        for (int pair = 0; pair < Cfg::kOutChannels / 16; ++pair) {
-          const int e = chunk * (Cfg::kOutChannels / 8) + 2 * pair;
-          const float(&lo)[4] = acc[h][e / kGroupsPerCol][e % kGroupsPerCol];
-          const float(&hi)[4] = acc[h][(e + 1) / kGroupsPerCol][(e + 1) % kGroupsPerCol];
-          stsm_x4(my_out_stage + (8 * (li & 1) + lr) * Cfg::kOutLd + 16 * pair + 8 * (li >> 1),
-                  pack_pair<T>(lo[0], lo[1]), pack_pair<T>(lo[2], lo[3]), pack_pair<T>(hi[0], hi[1]),
-                  pack_pair<T>(hi[2], hi[3]));
-        }
-        __syncwarp();
-#pragma unroll
-        for (int v = lane; v < 16 * Cfg::kOutChannels / 8; v += 32) {
-          const int pixel = v / (Cfg::kOutChannels / 8), c = (v % (Cfg::kOutChannels / 8)) * 8;
-          const int r = r0 + (pixel >> 3) * width + (pixel & 7);
-          const int channel = chunk * Cfg::kOutChannels + c;
-          if (n0 + r < p.rows && channel < out_channels) {
-            *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * p.out_cols + channel) =
-                *reinterpret_cast<const uint4*>(my_out_stage + pixel * Cfg::kOutLd + c);
-          }
-        }
-        __syncwarp();  // the rows are read before the next chunk's stmatrix
-      }
+    constexpr int kVec = 8;
+    const int chunks_per_row = num_cols * (BS / kVec);
+    for (int idx = tid; idx < valid_rows * chunks_per_row; idx += Cfg::kConsumerThreads) {
+      const int r = idx / chunks_per_row;
+      const int c = (idx - r * chunks_per_row) * kVec;
+      *reinterpret_cast<uint4*>(out + r * p.out_cols + c) =
+          cs ? *reinterpret_cast<const uint4*>(cs + r * Cfg::kLdS + c) : uint4{};
     }
   };
 
   float acc[2][kCols][kN / 8][4];
-  RingPosition ring(stages);  // the slot of the next item
+  int64_t seq = 0;  // items computed so far
   for (int64_t unit = first_unit; unit < end_unit; ++unit) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -266,11 +230,15 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
     }
     const int64_t tile = unit / p.num_groups;
     const int q = cursor.group_of(unit);
-    // A unit without items has no slot (the loader skips it): its output is zeros.
     const int items = cursor.num_items(unit);
-    for (int i = 0; i < items; ++i, ring.advance()) {
-      const int stage = ring.stage;
-      mbarrier_wait(&full[stage], ring.phase);
+    if (items == 0) {
+      // No item, no slot of its own (the loader skips the unit): zeros straight to y.
+      store_tile(tile, q, nullptr);
+      continue;
+    }
+    for (int i = 0; i < items; ++i, ++seq) {
+      const int stage = static_cast<int>(seq & 1);
+      mbarrier_wait(&full[stage], static_cast<uint32_t>(seq >> 1) & 1u);
       fence_proxy_async();  // the landed cp.async writes -> visible to wgmma's reads
       const unsigned mask = __shfl_sync(0xffffffffu, slot_mask[stage], 0);  // uniform, see wg
       const uint32_t slot = stage * slot_units;
@@ -301,9 +269,37 @@ __global__ void __launch_bounds__(ConvHaloSsConfig<T, BS>::kThreads, 1)
         wgmma_commit();
       }
       wgmma_wait<0>();
-      mbarrier_arrive_warp(&empty[stage], lane);  // this warp is done with the slot
+      // A unit's last item keeps its slot for the epilogue, released after it.
+      if (i + 1 < items) release(stage);
     }
-    store_tile(tile, q, acc);
+
+    // The epilogue, staged as T in the weights' place of the unit's last item's slot,
+    // which the loader refills only after its release below: row i of a square's m64
+    // accumulator is tile row (square_row + i / 8) * W + square_x + i % 8 (warp w holds
+    // i = 16 (w % 4) + lane / 4 + {0, 8}).
+    named_barrier_sync(1, Cfg::kConsumerThreads);  // both warpgroups are done with the slot's operands
+    T* const cs = smem + ((seq + 1) & 1) * slot_elems + halo_elems;
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r0 = (square_row[h] + 2 * (warp & 3)) * width + square_x[h] + gq;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+          const int col = c * BS + nt * 8 + 2 * tq;
+          T* const upper = cs + r0 * Cfg::kLdS + col;
+          T* const lower = cs + (r0 + width) * Cfg::kLdS + col;
+          upper[0] = from_float<T>(acc[h][c][nt][0]);
+          upper[1] = from_float<T>(acc[h][c][nt][1]);
+          lower[0] = from_float<T>(acc[h][c][nt][2]);
+          lower[1] = from_float<T>(acc[h][c][nt][3]);
+        }
+      }
+    }
+    named_barrier_sync(1, Cfg::kConsumerThreads);
+    store_tile(tile, q, cs);
+    release(static_cast<int>((seq + 1) & 1));
   }
 }
 

@@ -29,13 +29,16 @@
 // exposed: ~55 us of a 3x3 conv's 262 at density 1/2 (benchmarks/NOTES.md,
 // session 15). Taps run in table order: deterministic.
 //
-// Warp specialized: a loader warp walks the CTA's items into a ring of 2 slots,
-// each as soon as the two consumer warpgroups have released the slot's previous
-// item (an `empty` mbarrier), across unit boundaries; a unit's epilogue is staged
-// in its last item's slot and releases it after. Before, warp 0 loaded the next
-// item between its own wgmmas, after a CTA barrier per item, and the warps
-// waited 13% of their samples for the item to land and 31% at that barrier
-// (Nsight Compute, benchmarks/NOTES.md, session 18).
+// Warp specialized: a loader warp walks the CTA's items into a ring of 2-4 slots (as
+// many as fit), each as soon as the two consumer warpgroups have released the slot's
+// previous item (an `empty` mbarrier), across unit boundaries. Each consumer warp writes
+// its own 16 channels of a unit's output from its accumulators, through stmatrix into
+// staging rows of its own: no barrier between the warpgroups, no slot kept for an
+// epilogue. Below density 3/8 a 3x3's items go out as one sub-item per warpgroup
+// (ConvStripParams::split). (Session 18: warp 0 had loaded the next item between its own
+// wgmmas after a CTA barrier per item, and the warps waited 13% of their samples for the
+// item and 31% at that barrier. Session 21: the whole tile staged in a slot after a
+// barrier of both warpgroups, a division per tap and 2 slots cost 3-14%.)
 #pragma once
 
 #include <cstdint>

@@ -691,12 +691,10 @@ bool conv_halo_ss_geometry(const BsmmBlocksArgs& a, ConvHaloSsParams* hp) {
     using Cfg = ConvHaloSsConfig<T, BS>;
     const int taps = static_cast<int>(a.gather.taps());
     int64_t lo = 0, hi = 0;
-    if (!halo_tables_usable<BS>(a, &lo, &hi) || !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band)) return false;
-    hp->stages = Cfg::stages_for(taps, hp->band.plane_slots);
-    if (hp->stages == 0) return false;
-    // JBS_CONV_SS_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
-    const char* forced = std::getenv("JBS_CONV_SS_STAGES");
-    if (forced != nullptr && forced[0] == '2') hp->stages = 2;
+    if (!halo_tables_usable<BS>(a, &lo, &hi) || !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band) ||
+        Cfg::smem_bytes(taps, hp->band.plane_slots) > Cfg::kOptInBytes) {
+      return false;
+    }
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     return true;
   }
@@ -727,7 +725,7 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
     if (err != cudaSuccess) return err;
     const int taps = static_cast<int>(a.gather.taps());
     return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                         static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots, p.stages)), stream, p);
+                         static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots)), stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_conv_halo_ss() is false for these
   }
@@ -799,14 +797,17 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
                                      : ConvStripConfig<T, 16>::stages_for(taps, slots, split);
     };
     // Sub-items per warpgroup (JBS_CONV_STRIP_SPLIT=0/1 forces) where whole items leave room
-    // for only 2 slots (3x3: 2 whole, 3 split), below density ~1/3: there few items have
-    // blocks for both warpgroups, whose halo the split loads twice. Measured (session 21):
-    // 3x3 fwd 1.03-1.06x faster at 1/4 and 1/8, 2x3 (3 slots whole, 4 split) 1.0-1.16x slower.
+    // for only 2 slots and the split for more (3x3: 2 whole, 3 split), below density 3/8:
+    // there few items have blocks for both warpgroups, whose halo the split loads twice.
+    // Measured (session 21): 3x3 fwd 1.03-1.06x faster at 1/4 and 1/8, 2x3 (3 slots whole,
+    // 4 split) 1.0-1.16x slower. And wherever whole items do not fit at all (e.g. a 3x3
+    // dilated by 4, whose halo is tall) but split ones do.
     const double density = static_cast<double>(hp->nnz_per_tap) / (static_cast<double>(a.in_cols / BS) *
                                                                       static_cast<double>(a.out_cols / BS));
     const int split_env = env_switch("JBS_CONV_STRIP_SPLIT");
-    hp->split = split_env >= 0 ? split_env
-                               : density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
+    hp->split = split_env >= 0    ? split_env
+                : !stages_for(false) ? 1
+                                     : density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
     hp->stages = stages_for(hp->split);
     if (hp->stages == 0) return false;
     // JBS_CONV_STRIP_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
