@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   auto store_tile = [&](int64_t tile, int q, const float (&acc)[kStrips][kN / 8][4]) {
     if (q * kP + my_column >= out_blocks) return;  // past the last output column (a narrower last group)
     T* const out_at = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride +
-                        static_cast<int64_t>(q * kP + my_column) * BS + m_in_block;
+                      static_cast<int64_t>(q * kP + my_column) * BS + m_in_block;
     typename Halo::Pos out_pos[kStrips];
     Halo::strips_of(g, tile, out_pos);
 #pragma unroll
