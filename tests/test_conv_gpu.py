@@ -193,16 +193,20 @@ HALO_STRIP_IMAGES = [  # batch, height, width: strips of 32 / 16 rows, 8 pixels 
 @pytest.mark.parametrize("kernel_size,padding,dilation", HALO_GEOMETRIES)
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("images", HALO_STRIP_IMAGES)
-def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dtype, images):
-    """The bs 32 strip kernel (conv/bsconv_strip_kernel.cuh: output channels on the MMA's M,
-    strips of pixels on its N): forward and input gradient against float64 with strips of
-    32 and 16 rows, tiles partly past the batch, taps in batches of 3 and 2, a heavy column,
-    an empty row and column, and a narrower last column group (6 columns of 4 per group).
-    Each of these has fewer units than SMs: one per CTA."""
+@pytest.mark.parametrize("bs", [32, 16])
+def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dtype, images, bs):
+    """The strip kernel (conv/bsconv_strip_kernel.cuh: output channels on the MMA's M, strips
+    of pixels on its N): forward and input gradient against float64 with strips of 32 and 16
+    rows, tiles partly past the batch, taps in batches of 3 and 2, a heavy column, an empty row
+    and column, and a narrower last column group (bs 32: 6 columns of 4 per group; bs 16: 11 of
+    8). At bs 16 an item is a pair of channel blocks: 5 and 11 blocks (fwd / dx) leave a last
+    pair half past the channels, and the random rows give pairs with either half absent. Each
+    of these has fewer units than SMs: one per CTA."""
     monkeypatch.setenv("JBS_CONV_HALO", "1")
-    conv = jbs.BlockSparseConv(heavy_column_layout(rng, 4, 6, density=0.4), 32, kernel_size, 1, padding,
+    rows, cols = (4, 6) if bs == 32 else (5, 11)
+    conv = jbs.BlockSparseConv(heavy_column_layout(rng, rows, cols, density=0.4), bs, kernel_size, 1, padding,
                                dilation)
-    check_three_ops(rng, conv, images + (4 * 32,), dtype)
+    check_three_ops(rng, conv, images + (rows * bs,), dtype)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -210,8 +214,9 @@ def test_conv_strip_kernel(rng, monkeypatch, kernel_size, padding, dilation, dty
     (32, {}, (40, 32, 16)),                          # strip kernel: 80 tiles x 3 groups
     (32, {"JBS_CONV_STRIP": "0"}, (40, 32, 16)),    # ss kernel, one band per tile
     (32, {"JBS_CONV_STRIP": "0"}, (200, 8, 8)),     # ss kernel, 4 images (bands) per tile
-    (16, {}, (40, 32, 16)),                         # ss kernel, one 128-wide MMA per square
-    (16, {}, (200, 8, 8)),
+    (16, {}, (40, 32, 16)),                         # strip kernel: a pair of channel blocks per item
+    (16, {"JBS_CONV_STRIP": "0"}, (40, 32, 16)),    # ss kernel, one 128-wide MMA per square
+    (16, {}, (200, 8, 8)),                          # ss kernel (8-pixel-high images)
 ])
 def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, env, images):
     """The strip and ss kernels' persistent CTAs (one per SM) each walk several (tile, column
@@ -228,6 +233,35 @@ def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, en
     check_three_ops(rng, conv, images + (4 * bs,), dtype)
 
 
+def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs):
+    """Forward and input gradient of conv on fresh bf16 data under each environment of envs (read
+    by the launcher at every launch; a new executable each time), each against float64; returns
+    the jitted op's maker, its operands and the results."""
+    x = random_array(rng, x_shape, jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    g = random_array(rng, x_shape[:3] + (conv.layout.shape[1] * conv.block_size,), jnp.bfloat16)
+    kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
+    ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(x, jnp.float32))
+    ref_dx = ref_pullback(jnp.asarray(g, jnp.float32))[0]
+
+    def fwd_and_dx():  # a new function each time: a new executable (and CUDA graph capture)
+        def run(x, w, g):
+            y, pullback = jax.vjp(lambda x: conv(x, w), x)
+            return y, pullback(g)[0]
+        return jax.jit(run)
+
+    results = []
+    for env in envs:
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)
+            y, dx = fwd_and_dx()(x, w, g)
+        assert rel_error(y, f64(ref_y)) < tolerance(jnp.bfloat16), env
+        assert rel_error(dx, f64(ref_dx)) < tolerance(jnp.bfloat16), env
+        results.append((np.asarray(y), np.asarray(dx)))
+    return fwd_and_dx, (x, w, g), results
+
+
 @pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1))),
                                                  ((2, 2), ((1, 0), (1, 0)))])
 @pytest.mark.parametrize("density", [0.2, 0.5])
@@ -240,30 +274,10 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
     all of them, since neither changes the order of any sum."""
     layout = heavy_column_layout(rng, 5, 12, density=density)
     conv = jbs.BlockSparseConv(layout, 32, kernel_size, 1, padding)
-    x_shape = (40, 32, 16, 5 * 32)
-    x = random_array(rng, x_shape, jnp.bfloat16)
-    w = random_array(rng, conv.w_shape, jnp.bfloat16)
-    g = random_array(rng, x_shape[:3] + (12 * 32,), jnp.bfloat16)
-    kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
-    ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(x, jnp.float32))
-    ref_dx = ref_pullback(jnp.asarray(g, jnp.float32))[0]
-
-    def fwd_and_dx():  # a new function each time: a new executable (and CUDA graph capture)
-        def run(x, w, g):
-            y, pullback = jax.vjp(lambda x: conv(x, w), x)
-            return y, pullback(g)[0]
-        return jax.jit(run)
-
-    results = []
-    for env in ({}, {"JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "1"},
-                {"JBS_CONV_STRIP_SPLIT": "1", "JBS_CONV_STRIP_STAGES": "2"}):
-        with monkeypatch.context() as m:
-            for name, value in env.items():
-                m.setenv(name, value)  # read by the launcher at every launch
-            y, dx = fwd_and_dx()(x, w, g)
-        assert rel_error(y, f64(ref_y)) < tolerance(jnp.bfloat16), env
-        assert rel_error(dx, f64(ref_dx)) < tolerance(jnp.bfloat16), env
-        results.append((np.asarray(y), np.asarray(dx)))
+    _, _, results = fwd_dx_variants(
+        rng, monkeypatch, conv, (40, 32, 16, 5 * 32),
+        ({}, {"JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "1"},
+         {"JBS_CONV_STRIP_SPLIT": "1", "JBS_CONV_STRIP_STAGES": "2"}))
     for y, dx in results[1:]:
         np.testing.assert_array_equal(y, results[0][0])
         np.testing.assert_array_equal(dx, results[0][1])
@@ -349,6 +363,28 @@ def test_conv_halo_kernels_are_the_ones_that_run(rng, monkeypatch, bs, env, expe
     for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
         names = {name for name in kernel_names(fn, *args) if "bsconv_" in name and "_dw_" not in name}
         assert names and all(expected in name for name in names), names
+
+
+@pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1)))])
+def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_size, padding):
+    """At bs 16 the strip kernel's item is the union rows of channel blocks 2b and 2b + 1 of a
+    group of 8 columns. 9 input blocks (the last pair is half past the channels) and 20 output
+    blocks (a last group of 4); in group 0 block 2 has no block and block 3 has some (a pair of
+    its odd half only), block 4 some and block 5 none (its even half only). Over 240 units:
+    forward and input gradient against float64, the strip kernel asserted to run, and the
+    same bits with a 2-slot ring."""
+    layout = heavy_column_layout(rng, 9, 20, density=0.3)
+    layout[2, :8] = False
+    layout[3, 2:5] = True
+    layout[4, 3:6] = True
+    layout[5, :8] = False
+    conv = jbs.BlockSparseConv(layout, 16, kernel_size, 1, padding)
+    fwd_and_dx, operands, results = fwd_dx_variants(rng, monkeypatch, conv, (40, 32, 16, 9 * 16),
+                                                    ({}, {"JBS_CONV_STRIP_STAGES": "2"}))
+    names = {name for name in kernel_names(fwd_and_dx(), *operands) if "bsconv_" in name}
+    assert names and all("bsconv_strip_kernel" in name for name in names), names
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_array_equal(results[1][1], results[0][1])
 
 
 def test_conv_strip_kernel_splits_items_that_do_not_fit_whole(rng):

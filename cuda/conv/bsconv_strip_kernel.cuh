@@ -1,7 +1,7 @@
 // Forward / input-gradient kernel of a stride-1 block-sparse convolution whose
-// output has its input's image size, at bs 32, with the roles of the operands
+// output has its input's image size, at bs 32 and 16, with the roles of the operands
 // swapped: the product is y^T = W^T x^T, so the wgmma's M is 64 output channels
-// (two blocks of the column group) and its N is up to 256 pixels.
+// (two blocks of the column group, or four at bs 16) and its N is up to 256 pixels.
 //
 // Why: the halo kernels (conv/bsconv_halo_kernel.cuh, conv/bsconv_halo_ss_kernel.cuh)
 // put pixels on M and one 32-wide block on N: an m64 x 32 x 16 wgmma per block,
@@ -19,11 +19,13 @@
 // (conv/strip_halo.cuh) makes every tap a descriptor offset; a tile is 32 / R
 // such strips (256 pixels).
 //
-// Work unit = (tile, group of 4 output block columns); warpgroup wg owns columns
-// 2 wg and 2 wg + 1 for all 256 pixels (an m64 x 256 fp32 accumulator). Items
-// are the group's union items (the conv's group tables, tap 0's, as the halo
-// kernels); per item every tap's present blocks arrive by bulk copies and the
-// halo by TMA boxes, all on the slot's mbarrier. The CTAs are persistent, one
+// Work unit = (tile, group of 128 output channels: 4 block columns at bs 32, 8 at
+// bs 16); warpgroup wg owns the group's channels 64 wg.. for all 256 pixels (an m64 x
+// 256 fp32 accumulator). Items are the group's union items (the conv's group tables,
+// tap 0's, as the halo kernels), at bs 16 those of an aligned pair of channel blocks
+// joined (ConvStripConfig): 32 input channels, two k-steps, either way. Per item every
+// tap's present blocks arrive by bulk copies and the halo by TMA boxes, all on the
+// slot's mbarrier. The CTAs are persistent, one
 // per SM, each taking a run of units of equal weight (balanced_unit_range).
 // With one CTA per unit, the first load and the epilogue of every CTA were
 // exposed: ~55 us of a 3x3 conv's 262 at density 1/2 (benchmarks/NOTES.md,
@@ -67,16 +69,23 @@ struct ConvStripParams : GroupParams {
   int tap_slot[64];      // halo slot of tap t's shift (StripHaloShape::tap_slot), t < taps <= 64
 };
 
-template <typename T, int R>
+// BS 32: an item is one input channel block; BS 16: an aligned pair of them (2b, 2b + 1),
+// so an item always carries 32 input channels (the halo's 4 planes) and an m64 always 64
+// output channels (2 block columns of 32, or 4 of 16), and the ring, halo, wgmmas and
+// epilogue are the same at both block sizes. (At bs 16 one channel block per item, in the
+// ss kernel, took ~3 us per item at any density, as the strip kernel's items do for twice
+// the work: pairs run bs 16 fwd / dx 1.3-1.45x faster; benchmarks/NOTES.md, session 22.)
+template <typename T, int R, int BS = 32>
 struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgroup loads
   static_assert(kIs16Bit<T> && (R == 16 || R == 32), "conv strip kernel: 16-bit types, strips of 16 or 32 rows");
-  static constexpr int BS = 32;
-  static constexpr int kP = 4;            // block columns per group: two per warpgroup
+  static_assert(BS == 16 || BS == 32, "conv strip kernel: blocks of 16 or 32");
+  static constexpr int kP = 128 / BS;     // block columns per group, half of them per warpgroup
+  static constexpr int kHalves = 32 / BS;  // input channel blocks per item: k-step ks reads block ks / (2 / kHalves)
   static constexpr int kN = 8 * R;        // pixels per strip: one wgmma's N
   static constexpr int kStrips = 32 / R;  // per 256-pixel tile
   static constexpr int kMaxStages = 4;
   static constexpr int kMaxTaps = 64;
-  static constexpr int kPlanes = BS / 8;
+  static constexpr int kPlanes = 4;       // 32 input channels per item
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kOptInBytes = 226 * 1024;
   // The epilogue: each consumer warp stages its 16 channels of 32 pixels at a time, a
@@ -85,11 +94,12 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgro
   static constexpr int kOutLd = 24;
   static constexpr int kOutElems = (kConsumerThreads / 32) * kOutPixels * kOutLd;
   static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
-  // Block columns a slot holds: all P of an item, or a warpgroup's 2 of a sub-item.
-  static constexpr int slot_columns(bool split) { return split ? 2 : kP; }
-  // A ring slot: the halo, then every tap's blocks of the slot's columns.
+  // Weight blocks of one tap a slot holds: all P x halves of an item, or (bs 32) a
+  // warpgroup's 2 of a sub-item. Block (column c, half h) of a whole item is c * halves + h.
+  static constexpr int slot_blocks(bool split) { return split ? 2 : kP * kHalves; }
+  // A ring slot: the halo, then every tap's blocks.
   static constexpr int64_t slot_elems(int taps, int plane_slots, bool split) {
-    return halo_elems(plane_slots) + static_cast<int64_t>(taps) * slot_columns(split) * kBlockElems;
+    return halo_elems(plane_slots) + static_cast<int64_t>(taps) * slot_blocks(split) * kBlockElems;
   }
   // The ring, the epilogue's staging and one zero block (the A operand of an absent column).
   static constexpr int64_t smem_bytes(int taps, int plane_slots, bool split, int stages) {
@@ -105,23 +115,23 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgro
   }
 };
 
-// What the loader publishes with a slot: the present columns of its (sub-)item (bits
-// 0..3) and whether it is its unit's last (bit 4).
-constexpr unsigned kStripLastOfUnit = 16u;
+// What the loader publishes with a slot: its (sub-)item's present blocks (bit c * halves +
+// h: column c, half h; bits 0..15) and whether it is its unit's last (bit 16).
+constexpr unsigned kStripLastOfUnit = 1u << 16;
 
 // TAPS_PER_WAIT (3 or 2) divides the taps: the register buffers of A fragments (see
 // run_batch).
-template <typename T, int R, int TAPS_PER_WAIT, bool TRANS>
-__global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
+template <typename T, int BS, int R, int TAPS_PER_WAIT, bool TRANS>
+__global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     bsconv_strip_kernel(const __grid_constant__ ConvStripParams p) {
-  using Cfg = ConvStripConfig<T, R>;
-  constexpr int BS = Cfg::BS;
+  using Cfg = ConvStripConfig<T, R, BS>;
   constexpr int kP = Cfg::kP;
+  constexpr int kHalves = Cfg::kHalves;
   constexpr int kN = Cfg::kN;
   constexpr int kStrips = Cfg::kStrips;
   __shared__ uint64_t full[Cfg::kMaxStages];   // a slot's halo boxes and weight blocks have landed
   __shared__ uint64_t empty[Cfg::kMaxStages];  // the 8 consumer warps are done with a slot
-  __shared__ unsigned slot_info[Cfg::kMaxStages];  // the slot's present columns | kStripLastOfUnit
+  __shared__ unsigned slot_info[Cfg::kMaxStages];  // the slot's present blocks | kStripLastOfUnit
   __shared__ int tap_slot[Cfg::kMaxTaps];      // p.tap_slot: read per tap with no index arithmetic
   __shared__ int64_t unit_range[2];
   unsigned char* const smem_raw = dynamic_smem();
@@ -130,8 +140,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   const int taps = g.taps_h * g.taps_w;
   const int width = g.rows_w, height = g.rows_h;
   const int band_slots = p.halo.band_slots;
-  const bool split = p.split != 0;
-  const int slot_cols = Cfg::slot_columns(split);
+  const bool split = kHalves == 1 && p.split != 0;
+  const int slot_blocks = Cfg::slot_blocks(split);
   const int64_t halo_elems = Cfg::halo_elems(p.halo.plane_slots);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots, split);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
@@ -170,23 +180,52 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
     // The loader: (sub-)item i of the CTA's walk (over all its units) goes to ring slot
     // i % stages once the consumers have released (sub-)item i - stages there. Each is
     // the halo (one TMA box per strip and plane, zeros outside the image, so a slot never
-    // keeps another tile's pixels) and every tap's present blocks of its columns, raw
-    // (row-major, BS x BS) at tap t, column q: one bulk copy each, all on the slot's full
-    // barrier. With p.split an item whose two warpgroups both have blocks goes out as two
-    // sub-items, one per warpgroup, each with the halo: the slots hold 2 columns instead
-    // of 4, so more of them fit, and the warpgroups no longer work in step.
+    // keeps another tile's pixels) and every tap's present blocks, raw (row-major, BS x
+    // BS) at tap t, slot block b: one bulk copy each, all on the slot's full barrier. At
+    // bs 16 an item is the union rows of channel blocks 2b and 2b + 1 (halves 0 and 1;
+    // either may be absent). With p.split (bs 32) an item whose two warpgroups both have
+    // blocks goes out as two sub-items, one per warpgroup, each with the halo: the slots
+    // hold 2 columns instead of 4, so more of them fit, and the warpgroups no longer work
+    // in step.
     const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
     typename Halo::Pos pos[kStrips];
     auto on_unit = [&](int64_t tile) { Halo::strips_of(g, tile, pos); };
     RingPosition ring(stages);
     for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit)) {
-      int row[1 + kP];
-      cursor.row(row);  // before the wait: its latency hides behind it
-      const unsigned mask = present_columns<kP>(row);
-      const bool last_item = cursor.item + 1 == cursor.items;
+      // The item's rows of halves 0 and 1 (blocks -1 where a half is absent), and its
+      // channel block in units of 32 channels.
+      int lo[1 + kP], hi[1 + kP];
+      cursor.row(lo);  // before the wait: its latency hides behind it
+      int taken = 1;   // union rows the item takes
+      int item_block = lo[0];
+      if constexpr (kHalves == 2) {
+        // Union rows come sorted by channel block: block 2b + 1 right after 2b joins its item.
+        int next[1 + kP];
+        const bool has_next = cursor.item + 1 < cursor.items;
+        if (has_next) read_union_row<kP>(cursor.rows, cursor.item + 1, next);
+        const bool odd = (lo[0] & 1) != 0;
+        const bool joined = !odd && has_next && next[0] == lo[0] + 1;
+        taken = joined ? 2 : 1;
+#pragma unroll
+        for (int k = 1; k <= kP; ++k) {
+          hi[k] = odd ? lo[k] : joined ? next[k] : -1;
+          lo[k] = odd ? -1 : lo[k];
+        }
+        item_block = lo[0] >> 1;
+      } else {
+#pragma unroll
+        for (int k = 1; k <= kP; ++k) hi[k] = -1;  // (never read)
+      }
+      unsigned mask = 0;  // bit c * halves + h: block column c has a block in half h
+#pragma unroll
+      for (int c = 0; c < kP; ++c) {
+        mask |= (lo[1 + c] >= 0 ? 1u : 0u) << (c * kHalves);
+        if constexpr (kHalves == 2) mask |= (hi[1 + c] >= 0 ? 1u : 0u) << (c * kHalves + 1);
+      }
+      const bool last_item = cursor.item + taken == cursor.items;
       for (int half = 0; half < 2; ++half) {
         // The sub-item's columns: all of them in one go, or warpgroup `half`'s.
-        const unsigned cols = split ? mask & (3u << (2 * half)) : mask;
+        const unsigned cols = split ? mask & (3u << (2 * half)) : mask;  // (split: bs 32 only)
         if (cols == 0) continue;  // (unsplit: never, an item has a block)
         const bool last = last_item && (!split || half == 1 || (mask >> 2) == 0);
         const int stage = ring.stage;
@@ -199,14 +238,16 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
         }
         __syncwarp();
         fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
-        Halo::issue(p.halo, &p.halo_map, pos, row[0], static_cast<int>(blockIdx.y) * p.halo.group_step, lane, slot,
-                    &full[stage]);
-        for (int j = lane; j < taps * slot_cols; j += 32) {
-          const int t = j / slot_cols, q = j - t * slot_cols + (split ? 2 * half : 0);
+        Halo::issue(p.halo, &p.halo_map, pos, item_block, static_cast<int>(blockIdx.y) * p.halo.group_step, lane,
+                    slot, &full[stage]);
+        for (int j = lane; j < taps * slot_blocks; j += 32) {
+          // Slot block b of tap t: column q, half h.
+          const int t = j / slot_blocks, b = j - t * slot_blocks;
+          const int q = split ? b + 2 * half : b / kHalves, h = split ? 0 : b % kHalves;
           int block = -1;
 #pragma unroll
-          for (int c = 0; c < kP; ++c) block = c == q ? row[1 + c] : block;
-          if ((cols >> q) & 1u) {
+          for (int c = 0; c < kP; ++c) block = c == q ? (h == 0 ? lo[1 + c] : hi[1 + c]) : block;
+          if ((cols >> (q * kHalves + h)) & 1u) {
             bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
                           w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
                           Cfg::kBlockElems * sizeof(T), &full[stage]);
@@ -215,7 +256,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
         ring.advance();
         if (!split) break;
       }
-      ++cursor.item;
+      cursor.item += taken;
     }
     return;  // the consumers meet at no barrier with the loader from here on
   }
@@ -228,10 +269,12 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
   // adding to the descriptor never carries out of the address field.
   const uint64_t b_base = wgmma_desc(smem, static_cast<uint32_t>(p.halo.plane_slots) * 16, p.halo.row_slots * 16);
   const uint32_t slot_units = static_cast<uint32_t>(slot_elems / 8);
-  // This warp's 16 rows of the warpgroup's m64: output channels (warp % 2) * 16..
-  // of block column 2 wg + (warp % 4) / 2.
-  const int my_column = 2 * wg + (warp & 3) / 2;
-  const int m_in_block = (warp & 1) * 16;
+  // This warp's 16 rows of the warpgroup's m64: bs 32, output channels (warp % 2) * 16..
+  // of block column 2 wg + (warp % 4) / 2; bs 16, block column 4 wg + warp % 4.
+  constexpr int kWarpsPerColumn = 8 / kP;
+  constexpr int kWgBits = kP / 2 * kHalves;  // slot_info bits of a warpgroup's blocks
+  const int my_column = wg * (kP / 2) + (warp & 3) / kWarpsPerColumn;
+  const int m_in_block = ((warp & 3) % kWarpsPerColumn) * 16;
   const int lr = lane & 7, li = lane >> 3;
   const int out_blocks = static_cast<int>(p.out_cols / BS);
   T* const my_out_stage = out_stage + warp * Cfg::kOutPixels * Cfg::kOutLd;
@@ -292,8 +335,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
       mbarrier_wait(&full[stage], ring.phase);
       const unsigned info = slot_info[stage];
       last = (info & kStripLastOfUnit) != 0;
-      const bool mine = (info >> (2 * wg)) & 3u;  // this warpgroup has a block of the (sub-)item
-      const bool my_block = (info >> my_column) & 1u;
+      const bool mine = (info >> (wg * kWgBits)) & ((1u << kWgBits) - 1u);  // a block of the (sub-)item
       const T* const ws = smem + stage * slot_elems + halo_elems;
       const uint64_t b_item = b_base + stage * slot_units;
 
@@ -305,21 +347,30 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R>::kThreads, 1)
       // or a second loop for the remainder, made ptxas serialize every wgmma, C7520).
       constexpr int NTAPS = TAPS_PER_WAIT;
       uint32_t a[NTAPS][2][4];
-      // An absent block's A is read from the zero block: a choice of address, not of the
-      // loaded values, so nothing waits for the ldmatrix until the wgmma.
-      const T* const a_base = my_block ? ws + (my_column & (slot_cols - 1)) * Cfg::kBlockElems : zero_block;
-      const int a_tap_stride = my_block ? slot_cols * Cfg::kBlockElems : 0;
+      // K-step ks reads half h = ks (bs 16: its own block) or the block's rows 16 ks..
+      // (bs 32). An absent block's A is read from the zero block: a choice of address, not
+      // of the loaded values, so nothing waits for the ldmatrix until the wgmma.
+      const T* a_base[2];
+      int a_tap_stride[2];
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        const int h = kHalves == 2 ? ks : 0;
+        const bool present = (info >> (my_column * kHalves + h)) & 1u;
+        a_base[ks] = present ? ws + ((split ? my_column & 1 : my_column) * kHalves + h) * Cfg::kBlockElems : zero_block;
+        a_tap_stride[ks] = present ? slot_blocks * Cfg::kBlockElems : 0;
+      }
       auto load_a = [&](uint32_t (&buf)[2][4], int t) {
         t = t < taps ? t : taps - 1;  // past the last tap: a harmless reload, no branch
-        const T* const blk = a_base + t * a_tap_stride;
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
+          const T* const blk = a_base[ks] + t * a_tap_stride[ks];
+          const int k0 = kHalves == 2 ? 0 : ks * 16;
           if constexpr (!TRANS) {
             // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
-            ldsm_x4_t(buf[ks], blk + (ks * 16 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
+            ldsm_x4_t(buf[ks], blk + (k0 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
           } else {
             // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
-            ldsm_x4(buf[ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + ks * 16 + (li >> 1) * 8);
+            ldsm_x4(buf[ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + k0 + (li >> 1) * 8);
           }
         }
       };

@@ -732,7 +732,7 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
 }
 
 // The conv strip kernel (conv/bsconv_strip_kernel.cuh) takes the halo kernels'
-// bs 32 convs whose images are a multiple of 8 pixels wide and 16 or a multiple of
+// bs 32 and bs 16 convs whose images are a multiple of 8 pixels wide and 16 or a multiple of
 // 32 high (strips of R = 16 / 32 rows), with taps a multiple of 3 or 2, taps
 // reaching at most 8 pixels left and right together, and the halo within its
 // copies. JBS_CONV_STRIP=0 leaves those convs to the ss / halo kernels.
@@ -778,7 +778,7 @@ inline bool strip_halo_shape(const BsmmBlocksArgs& a, int R, int strips, StripHa
 
 template <typename T, int BS>
 bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStripShape* shape) {
-  if constexpr (kIs16Bit<T> && BS == 32) {
+  if constexpr (kIs16Bit<T> && (BS == 32 || BS == 16)) {
     const RowGather& g = a.gather;
     const int taps = g.taps_h * g.taps_w;
     int64_t lo = 0, hi = 0;
@@ -787,14 +787,14 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     shape->strip_rows = height % 32 == 0 ? 32 : height == 16 ? 16 : 0;
     shape->taps_per_wait = taps % 3 == 0 ? 3 : taps % 2 == 0 ? 2 : 0;
     if (width % 8 != 0 || shape->strip_rows == 0 || shape->taps_per_wait == 0) return false;
-    using Cfg32 = ConvStripConfig<T, 32>;
+    using Cfg32 = ConvStripConfig<T, 32, BS>;
     if (!strip_halo_shape(a, shape->strip_rows, 32 / shape->strip_rows, &hp->halo, &hp->halo_map)) return false;
     if (taps > Cfg32::kMaxTaps) return false;
     const int slots = hp->halo.plane_slots;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     auto stages_for = [&](bool split) {
       return shape->strip_rows == 32 ? Cfg32::stages_for(taps, slots, split)
-                                     : ConvStripConfig<T, 16>::stages_for(taps, slots, split);
+                                     : ConvStripConfig<T, 16, BS>::stages_for(taps, slots, split);
     };
     // Sub-items per warpgroup (JBS_CONV_STRIP_SPLIT=0/1 forces) where whole items leave room
     // for only 2 slots and the split for more (3x3: 2 whole, 3 split), below density 3/8:
@@ -805,7 +805,9 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     const double density = static_cast<double>(hp->nnz_per_tap) / (static_cast<double>(a.in_cols / BS) *
                                                                       static_cast<double>(a.out_cols / BS));
     const int split_env = env_switch("JBS_CONV_STRIP_SPLIT");
-    hp->split = split_env >= 0    ? split_env
+    // (bs 16: items never split; a slot holds a pair of channel blocks' 8 columns.)
+    hp->split = BS == 16           ? 0
+                : split_env >= 0    ? split_env
                 : !stages_for(false) ? 1
                                      : density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
     hp->stages = stages_for(hp->split);
@@ -834,7 +836,7 @@ bool use_conv_strip(const BsmmBlocksArgs& a, ConvStripParams* p, ConvStripShape*
 template <typename T, int BS, bool TRANS>
 cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p, const ConvStripShape& shape,
                                       cudaStream_t stream) {
-  if constexpr (kIs16Bit<T> && BS == 32) {
+  if constexpr (kIs16Bit<T> && (BS == 32 || BS == 16)) {
     // A tile is 256 pixels, so there are as many tiles as 256-row tiles; persistent CTAs,
     // one per SM, each walk units (tile, column group) blockIdx.x, + gridDim.x, ...
     p.units = a.num_groups * ((a.rows + 255) / 256);
@@ -843,8 +845,8 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p
     const int taps = static_cast<int>(a.gather.taps());
     auto launch = [&](auto r_c, auto tpw_c) {
       constexpr int R = decltype(r_c)::value;
-      using Cfg = ConvStripConfig<T, R>;
-      const auto kernel = bsconv_strip_kernel<T, R, decltype(tpw_c)::value, TRANS>;
+      using Cfg = ConvStripConfig<T, R, BS>;
+      const auto kernel = bsconv_strip_kernel<T, BS, R, decltype(tpw_c)::value, TRANS>;
       // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
