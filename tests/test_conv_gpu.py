@@ -344,13 +344,14 @@ def test_conv_row_group_dw_kernel_is_the_one_that_runs(rng, monkeypatch, bs, env
 @pytest.mark.parametrize("bs,env,expected", [
     (32, {}, "bsconv_strip_kernel"),
     (32, {"JBS_CONV_STRIP": "0"}, "bsconv_halo_ss_kernel"),
-    (16, {}, "bsconv_halo_ss_kernel"),
-    (16, {"JBS_CONV_HALO_SS": "0"}, "bsconv_halo_kernel"),
+    (16, {}, "bsconv_strip_kernel"),
+    (16, {"JBS_CONV_STRIP": "0"}, "bsconv_halo_ss_kernel"),
+    (16, {"JBS_CONV_STRIP": "0", "JBS_CONV_HALO_SS": "0"}, "bsconv_halo_kernel"),
 ])
 def test_conv_halo_kernels_are_the_ones_that_run(rng, monkeypatch, bs, env, expected):
     """A 3x3 conv on 32 x 32 images at density 1/4 runs, by default, the strip kernel at bs 32
-    and the ss kernel at bs 16, for fwd and dx; each switch hands it to another kernel. (Each
-    kernel agrees with float64 in its own test above.)"""
+    and 16, for fwd and dx; each switch hands it to another kernel. (Each kernel agrees with
+    float64 in its own test above.)"""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     cols = 8 if bs == 16 else 4
