@@ -240,17 +240,50 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
         Halo::issue(p.halo, &p.halo_map, pos, item_block, static_cast<int>(blockIdx.y) * p.halo.group_step, lane,
                     slot, &full[stage]);
-        for (int j = lane; j < taps * slot_blocks; j += 32) {
-          // Slot block b of tap t: column q, half h.
-          const int t = j / slot_blocks, b = j - t * slot_blocks;
-          const int q = split ? b + 2 * half : b / kHalves, h = split ? 0 : b % kHalves;
-          int block = -1;
+        if constexpr (kHalves == 1) {
+          for (int j = lane; j < taps * slot_blocks; j += 32) {
+            // Slot block b of tap t: column q.
+            const int t = j / slot_blocks, b = j - t * slot_blocks;
+            const int q = split ? b + 2 * half : b;
+            int block = -1;
 #pragma unroll
-          for (int c = 0; c < kP; ++c) block = c == q ? (h == 0 ? lo[1 + c] : hi[1 + c]) : block;
-          if ((cols >> (q * kHalves + h)) & 1u) {
-            bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
-                          w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
-                          Cfg::kBlockElems * sizeof(T), &full[stage]);
+            for (int c = 0; c < kP; ++c) block = c == q ? lo[1 + c] : block;
+            if ((cols >> q) & 1u) {
+              bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
+                            w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
+                            Cfg::kBlockElems * sizeof(T), &full[stage]);
+            }
+          }
+        } else {
+          // bs 16: tap t's present blocks of half h, packed in column order at slot blocks
+          // 16 t + 8 h... A half's blocks are one channel-block row of the forward layout's
+          // columns 8 q..8 q + 7, so in the fwd they are consecutive in w: one bulk copy
+          // (the loader issues each copy lane by lane: 72 copies of single blocks per item
+          // cost a 3x3 at 1/2 225.9 us against 161.2 with none; benchmarks/NOTES.md,
+          // session 22). The dx's are a column's: one copy per block.
+          for (int j = lane; j < taps * 2; j += 32) {
+            const int t = j >> 1, h = j & 1;
+            int first = INT32_MAX, end = 0, count = 0;
+#pragma unroll
+            for (int c = 0; c < kP; ++c) {
+              const int block = h == 0 ? lo[1 + c] : hi[1 + c];
+              if (block >= 0) first = min(first, block), end = max(end, block + 1), ++count;
+            }
+            T* const dst = slot + halo_elems + (t * 2 + h) * kP * Cfg::kBlockElems;
+            const T* const src = w + static_cast<int64_t>(t) * p.nnz_per_tap * Cfg::kBlockElems;
+            if (count > 0 && end - first == count) {
+              bulk_copy_g2s(dst, src + static_cast<int64_t>(first) * Cfg::kBlockElems,
+                            count * Cfg::kBlockElems * static_cast<int>(sizeof(T)), &full[stage]);
+            } else {
+              int rank = 0;
+              for (int c = 0; c < kP; ++c) {
+                const int block = h == 0 ? lo[1 + c] : hi[1 + c];
+                if (block >= 0) {
+                  bulk_copy_g2s(dst + rank++ * Cfg::kBlockElems, src + static_cast<int64_t>(block) * Cfg::kBlockElems,
+                                Cfg::kBlockElems * sizeof(T), &full[stage]);
+                }
+              }
+            }
           }
         }
         ring.advance();
@@ -347,16 +380,20 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       // or a second loop for the remainder, made ptxas serialize every wgmma, C7520).
       constexpr int NTAPS = TAPS_PER_WAIT;
       uint32_t a[NTAPS][2][4];
-      // K-step ks reads half h = ks (bs 16: its own block) or the block's rows 16 ks..
-      // (bs 32). An absent block's A is read from the zero block: a choice of address, not
-      // of the loaded values, so nothing waits for the ldmatrix until the wgmma.
+      // K-step ks reads half h = ks (bs 16: its own block, packed by rank among the
+      // half's present blocks) or the block's rows 16 ks.. (bs 32). An absent block's A is
+      // read from the zero block: a choice of address, not of the loaded values, so
+      // nothing waits for the ldmatrix until the wgmma.
       const T* a_base[2];
       int a_tap_stride[2];
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         const int h = kHalves == 2 ? ks : 0;
         const bool present = (info >> (my_column * kHalves + h)) & 1u;
-        a_base[ks] = present ? ws + ((split ? my_column & 1 : my_column) * kHalves + h) * Cfg::kBlockElems : zero_block;
+        const int slot_block =
+            kHalves == 2 ? h * kP + __popc(info & (0x5555u << h) & ((1u << (2 * my_column)) - 1u))
+                         : split ? my_column & 1 : my_column;
+        a_base[ks] = present ? ws + slot_block * Cfg::kBlockElems : zero_block;
         a_tap_stride[ks] = present ? slot_blocks * Cfg::kBlockElems : 0;
       }
       auto load_a = [&](uint32_t (&buf)[2][4], int t) {
