@@ -176,7 +176,14 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
 
   if (warp >= kLoaderWarp) {
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
-    if (warp > kLoaderWarp) return;
+    // bs 16: all 4 loader warps walk the items and share the block copies (the dx's are one
+    // per block, issued lane by lane); the first also publishes each slot and loads its halo.
+    // (A copy may land before the first warp's expect_tx: the phase's transaction count
+    // goes below zero meanwhile, and the phase cannot complete before that arrival.)
+    constexpr int kCopyWarps = kHalves == 2 ? Cfg::kLoaderThreads / 32 : 1;
+    const int copy_warp = warp - kLoaderWarp;
+    if (copy_warp >= kCopyWarps) return;
+    const bool publisher = copy_warp == 0;
     // The loader: (sub-)item i of the CTA's walk (over all its units) goes to ring slot
     // i % stages once the consumers have released (sub-)item i - stages there. Each is
     // the halo (one TMA box per strip and plane, zeros outside the image, so a slot never
@@ -189,7 +196,9 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     // in step.
     const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
     typename Halo::Pos pos[kStrips];
-    auto on_unit = [&](int64_t tile) { Halo::strips_of(g, tile, pos); };
+    auto on_unit = [&](int64_t tile) {
+      if (publisher) Halo::strips_of(g, tile, pos);
+    };
     RingPosition ring(stages);
     for (bool more = cursor.start(on_unit); more; more = cursor.settle(on_unit)) {
       // The item's rows of halves 0 and 1 (blocks -1 where a half is absent), and its
@@ -231,15 +240,17 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         const int stage = ring.stage;
         if (ring.reused) mbarrier_wait(&empty[stage], ring.phase ^ 1u);  // the slot's previous item released
         T* const slot = smem + stage * slot_elems;
-        if (lane == 0) {
+        if (publisher && lane == 0) {
           slot_info[stage] = cols | (last ? kStripLastOfUnit : 0u);  // published by the arrival below (release)
           mbarrier_arrive_expect_tx(&full[stage],
                                     Halo::bytes(p.halo) + taps * __popc(cols) * Cfg::kBlockElems * sizeof(T));
         }
         __syncwarp();
         fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
-        Halo::issue(p.halo, &p.halo_map, pos, item_block, static_cast<int>(blockIdx.y) * p.halo.group_step, lane,
-                    slot, &full[stage]);
+        if (publisher) {
+          Halo::issue(p.halo, &p.halo_map, pos, item_block, static_cast<int>(blockIdx.y) * p.halo.group_step, lane,
+                      slot, &full[stage]);
+        }
         if constexpr (kHalves == 1) {
           for (int j = lane; j < taps * slot_blocks; j += 32) {
             // Slot block b of tap t: column q.
@@ -261,7 +272,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           // (the loader issues each copy lane by lane: 72 copies of single blocks per item
           // cost a 3x3 at 1/2 225.9 us against 161.2 with none; benchmarks/NOTES.md,
           // session 22). The dx's are a column's: one copy per block.
-          for (int j = lane; j < taps * 2; j += 32) {
+          for (int j = copy_warp + kCopyWarps * lane; j < taps * 2; j += 32 * kCopyWarps) {
             const int t = j >> 1, h = j & 1;
             int first = INT32_MAX, end = 0, count = 0;
 #pragma unroll
