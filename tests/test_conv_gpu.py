@@ -233,13 +233,13 @@ def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, en
     check_three_ops(rng, conv, images + (4 * bs,), dtype)
 
 
-def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs):
-    """Forward and input gradient of conv on fresh bf16 data under each environment of envs (read
-    by the launcher at every launch; a new executable each time), each against float64; returns
+def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs, dtype=jnp.bfloat16):
+    """Forward and input gradient of conv on fresh data under each environment of envs (read by
+    the launcher at every launch; a new executable each time), each against float64; returns
     the jitted op's maker, its operands and the results."""
-    x = random_array(rng, x_shape, jnp.bfloat16)
-    w = random_array(rng, conv.w_shape, jnp.bfloat16)
-    g = random_array(rng, x_shape[:3] + (conv.layout.shape[1] * conv.block_size,), jnp.bfloat16)
+    x = random_array(rng, x_shape, dtype)
+    w = random_array(rng, conv.w_shape, dtype)
+    g = random_array(rng, x_shape[:3] + (conv.layout.shape[1] * conv.block_size,), dtype)
     kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
     ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(x, jnp.float32))
     ref_dx = ref_pullback(jnp.asarray(g, jnp.float32))[0]
@@ -256,8 +256,8 @@ def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs):
             for name, value in env.items():
                 m.setenv(name, value)
             y, dx = fwd_and_dx()(x, w, g)
-        assert rel_error(y, f64(ref_y)) < tolerance(jnp.bfloat16), env
-        assert rel_error(dx, f64(ref_dx)) < tolerance(jnp.bfloat16), env
+        assert rel_error(y, f64(ref_y)) < tolerance(dtype), env
+        assert rel_error(dx, f64(ref_dx)) < tolerance(dtype), env
         results.append((np.asarray(y), np.asarray(dx)))
     return fwd_and_dx, (x, w, g), results
 
@@ -284,15 +284,18 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
 
 
 @pytest.mark.parametrize("x_axis,w_axis", [(0, 0), (None, 0), (0, None)])
-def test_conv_strip_kernel_under_vmap(rng, x_axis, w_axis):
+@pytest.mark.parametrize("bs", [32, 16])
+def test_conv_strip_kernel_under_vmap(rng, x_axis, w_axis, bs):
     """The strip kernel under vmap: stacked weights are read at their group's offset, stacked
     activations at a group coordinate of the halo's tensor map (x stacked and w broadcast folds
-    the stack into the rows instead). Forward and input gradient of each slice against float64."""
-    layout = heavy_column_layout(rng, 4, 6, density=0.4)
-    conv = jbs.BlockSparseConv(layout, 32, (3, 3))
-    x = random_array(rng, (3, 2, 32, 16, 4 * 32) if x_axis == 0 else (2, 32, 16, 4 * 32), jnp.bfloat16)
+    the stack into the rows instead). Forward and input gradient of each slice against float64;
+    at bs 16 with 5 and 11 channel blocks (a last pair half past each group's channels)."""
+    rows, cols = (4, 6) if bs == 32 else (5, 11)
+    layout = heavy_column_layout(rng, rows, cols, density=0.4)
+    conv = jbs.BlockSparseConv(layout, bs, (3, 3))
+    x = random_array(rng, (3, 2, 32, 16, rows * bs) if x_axis == 0 else (2, 32, 16, rows * bs), jnp.bfloat16)
     w = random_array(rng, (3,) + conv.w_shape if w_axis == 0 else conv.w_shape, jnp.bfloat16)
-    g = random_array(rng, (3, 2, 32, 16, 6 * 32), jnp.bfloat16)
+    g = random_array(rng, (3, 2, 32, 16, cols * bs), jnp.bfloat16)
 
     def fwd_and_dx(x, w, g):
         y, pullback = jax.vjp(lambda x: conv(x, w), x)
@@ -366,8 +369,9 @@ def test_conv_halo_kernels_are_the_ones_that_run(rng, monkeypatch, bs, env, expe
         assert names and all(expected in name for name in names), names
 
 
-@pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1)))])
-def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_size, padding):
+@pytest.mark.parametrize("kernel_size,padding,dtype", [((3, 3), "SAME", jnp.bfloat16),
+                                                       ((2, 3), ((1, 0), (1, 1)), jnp.float16)])
+def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_size, padding, dtype):
     """At bs 16 the strip kernel's item is the union rows of channel blocks 2b and 2b + 1 of a
     group of 8 columns. 9 input blocks (the last pair is half past the channels) and 20 output
     blocks (a last group of 4); in group 0 block 2 has no block and block 3 has some (a pair of
@@ -381,7 +385,7 @@ def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_si
     layout[5, :8] = False
     conv = jbs.BlockSparseConv(layout, 16, kernel_size, 1, padding)
     fwd_and_dx, operands, results = fwd_dx_variants(rng, monkeypatch, conv, (40, 32, 16, 9 * 16),
-                                                    ({}, {"JBS_CONV_STRIP_STAGES": "2"}))
+                                                    ({}, {"JBS_CONV_STRIP_STAGES": "2"}), dtype)
     names = {name for name in kernel_names(fwd_and_dx(), *operands) if "bsconv_" in name}
     assert names and all("bsconv_strip_kernel" in name for name in names), names
     np.testing.assert_array_equal(results[1][0], results[0][0])

@@ -31,7 +31,8 @@
 // exposed: ~55 us of a 3x3 conv's 262 at density 1/2 (benchmarks/NOTES.md,
 // session 15). Taps run in table order: deterministic.
 //
-// Warp specialized: a loader warp walks the CTA's items into a ring of 2-4 slots (as
+// Warp specialized: a loader warp (at bs 16 all 4 of its warpgroup, sharing the block
+// copies) walks the CTA's items into a ring of 2-4 slots (as
 // many as fit), each as soon as the two consumer warpgroups have released the slot's
 // previous item (an `empty` mbarrier), across unit boundaries. Each consumer warp writes
 // its own 16 channels of a unit's output from its accumulators, through stmatrix into
@@ -76,7 +77,7 @@ struct ConvStripParams : GroupParams {
 // ss kernel, took ~3 us per item at any density, as the strip kernel's items do for twice
 // the work: pairs run bs 16 fwd / dx 1.3-1.45x faster; benchmarks/NOTES.md, session 22.)
 template <typename T, int R, int BS = 32>
-struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgroup loads
+struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first warp loads (bs 16: all 4 copy)
   static_assert(kIs16Bit<T> && (R == 16 || R == 32), "conv strip kernel: 16-bit types, strips of 16 or 32 rows");
   static_assert(BS == 16 || BS == 32, "conv strip kernel: blocks of 16 or 32");
   static constexpr int kP = 128 / BS;     // block columns per group, half of them per warpgroup
@@ -95,7 +96,8 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // one warp of the loader warpgro
   static constexpr int kOutElems = (kConsumerThreads / 32) * kOutPixels * kOutLd;
   static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
   // Weight blocks of one tap a slot holds: all P x halves of an item, or (bs 32) a
-  // warpgroup's 2 of a sub-item. Block (column c, half h) of a whole item is c * halves + h.
+  // warpgroup's 2 of a sub-item. A tap's block of column c is c (bs 32); of column c,
+  // half h, it is h * P + its rank among the half's present blocks (bs 16).
   static constexpr int slot_blocks(bool split) { return split ? 2 : kP * kHalves; }
   // A ring slot: the halo, then every tap's blocks.
   static constexpr int64_t slot_elems(int taps, int plane_slots, bool split) {
@@ -154,6 +156,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   constexpr int kLoaderWarp = Cfg::kConsumerThreads / 32;
+  constexpr int kCopyWarps = kHalves == 2 ? Cfg::kLoaderThreads / 32 : 1;  // loader warps that copy
 
   // This CTA's run of units (conv/unit_cursor.cuh: balanced_unit_range).
   if (warp == kLoaderWarp) {
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   }
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
-      mbarrier_init(&full[s], 1);
+      mbarrier_init(&full[s], kCopyWarps);
       mbarrier_init(&empty[s], Cfg::kConsumerThreads / 32);
     }
     mbarrier_init_fence();
@@ -178,9 +181,10 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
     // bs 16: all 4 loader warps walk the items and share the block copies (the dx's are one
     // per block, issued lane by lane); the first also publishes each slot and loads its halo.
-    // (A copy may land before the first warp's expect_tx: the phase's transaction count
-    // goes below zero meanwhile, and the phase cannot complete before that arrival.)
-    constexpr int kCopyWarps = kHalves == 2 ? Cfg::kLoaderThreads / 32 : 1;
+    // Each arrives on the slot's full barrier expecting its own bytes, so no phase completes
+    // without every copy warp: none can fall a ring behind (a warp with nothing to copy
+    // for an item would otherwise not be waited for, and its parity wait on `empty` could
+    // then skip a phase and block forever).
     const int copy_warp = warp - kLoaderWarp;
     if (copy_warp >= kCopyWarps) return;
     const bool publisher = copy_warp == 0;
@@ -188,9 +192,9 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     // i % stages once the consumers have released (sub-)item i - stages there. Each is
     // the halo (one TMA box per strip and plane, zeros outside the image, so a slot never
     // keeps another tile's pixels) and every tap's present blocks, raw (row-major, BS x
-    // BS) at tap t, slot block b: one bulk copy each, all on the slot's full barrier. At
-    // bs 16 an item is the union rows of channel blocks 2b and 2b + 1 (halves 0 and 1;
-    // either may be absent). With p.split (bs 32) an item whose two warpgroups both have
+    // BS) at tap t, slot block b: one bulk copy each (bs 16: each run of them), all on the
+    // slot's full barrier. At bs 16 an item is the union rows of channel blocks 2b and
+    // 2b + 1 (halves 0 and 1; either may be absent). With p.split (bs 32) an item whose two warpgroups both have
     // blocks goes out as two sub-items, one per warpgroup, each with the halo: the slots
     // hold 2 columns instead of 4, so more of them fit, and the warpgroups no longer work
     // in step.
@@ -240,10 +244,18 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         const int stage = ring.stage;
         if (ring.reused) mbarrier_wait(&empty[stage], ring.phase ^ 1u);  // the slot's previous item released
         T* const slot = smem + stage * slot_elems;
-        if (publisher && lane == 0) {
-          slot_info[stage] = cols | (last ? kStripLastOfUnit : 0u);  // published by the arrival below (release)
-          mbarrier_arrive_expect_tx(&full[stage],
-                                    Halo::bytes(p.halo) + taps * __popc(cols) * Cfg::kBlockElems * sizeof(T));
+        // This warp's bytes: every block (bs 32), or its share of the taps and halves (bs 16).
+        int bytes = taps * __popc(cols) * Cfg::kBlockElems * static_cast<int>(sizeof(T));
+        if constexpr (kHalves == 2) {
+          bytes = 0;
+          for (int j = copy_warp + kCopyWarps * lane; j < taps * 2; j += 32 * kCopyWarps) {
+            bytes += __popc(cols & (0x5555u << (j & 1))) * Cfg::kBlockElems * static_cast<int>(sizeof(T));
+          }
+          bytes = __reduce_add_sync(0xffffffffu, bytes);
+        }
+        if (lane == 0) {
+          if (publisher) slot_info[stage] = cols | (last ? kStripLastOfUnit : 0u);  // published by the arrival (release)
+          mbarrier_arrive_expect_tx(&full[stage], (publisher ? Halo::bytes(p.halo) : 0) + bytes);
         }
         __syncwarp();
         fence_proxy_async();  // the consumers' accesses of this slot (ordered by `empty`) before the copies
@@ -274,15 +286,23 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           // session 22). The dx's are a column's: one copy per block.
           for (int j = copy_warp + kCopyWarps * lane; j < taps * 2; j += 32 * kCopyWarps) {
             const int t = j >> 1, h = j & 1;
-            int first = INT32_MAX, end = 0, count = 0;
+            // One run: present blocks at consecutive indices, rising with the column (the
+            // rank order the consumers read them in).
+            int first = -1, next = -1;
+            bool run = true;
 #pragma unroll
             for (int c = 0; c < kP; ++c) {
               const int block = h == 0 ? lo[1 + c] : hi[1 + c];
-              if (block >= 0) first = min(first, block), end = max(end, block + 1), ++count;
+              if (block >= 0) {
+                run = run && (first < 0 || block == next);
+                first = first < 0 ? block : first;
+                next = block + 1;
+              }
             }
+            const int count = first < 0 ? 0 : next - first;
             T* const dst = slot + halo_elems + (t * 2 + h) * kP * Cfg::kBlockElems;
             const T* const src = w + static_cast<int64_t>(t) * p.nnz_per_tap * Cfg::kBlockElems;
-            if (count > 0 && end - first == count) {
+            if (first >= 0 && run) {
               bulk_copy_g2s(dst, src + static_cast<int64_t>(first) * Cfg::kBlockElems,
                             count * Cfg::kBlockElems * static_cast<int>(sizeof(T)), &full[stage]);
             } else {

@@ -35,7 +35,8 @@ struct StripHaloShape {
 };
 
 // STRIPS strips of R rows (a tile: consecutive strips, walking down an image's columns of
-// 8 pixels, then across them, then to the next image); PLANES = bs / 8 channel planes.
+// 8 pixels, then across them, then to the next image); PLANES = 4 channel planes of 8
+// (32 input channels: one bs 32 block or a pair of bs 16 blocks).
 // Each strip's halo in each plane is one TMA box of the activations' tensor map
 // (channels, width, height, images, groups): row_slots x band_rows x 8 channels,
 // zero-filled where it leaves the image or the batch. (16-byte cp.asyncs, 1360 per item
