@@ -54,7 +54,7 @@
 #include "common/wgmma.cuh"
 #include "conv/row_gather.h"
 #include "conv/strip_halo.cuh"
-#include "conv/tap_blocks.cuh"           // read_union_row, present_columns
+#include "conv/tap_blocks.cuh"           // read_union_row
 #include "conv/unit_cursor.cuh"
 #include "matmul/bsmm_group_kernel.cuh"  // GroupParams
 
@@ -194,10 +194,10 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     // keeps another tile's pixels) and every tap's present blocks, raw (row-major, BS x
     // BS) at tap t, slot block b: one bulk copy each (bs 16: each run of them), all on the
     // slot's full barrier. At bs 16 an item is the union rows of channel blocks 2b and
-    // 2b + 1 (halves 0 and 1; either may be absent). With p.split (bs 32) an item whose two warpgroups both have
-    // blocks goes out as two sub-items, one per warpgroup, each with the halo: the slots
-    // hold 2 columns instead of 4, so more of them fit, and the warpgroups no longer work
-    // in step.
+    // 2b + 1 (halves 0 and 1; either may be absent). With p.split (bs 32) an item whose
+    // two warpgroups both have blocks goes out as two sub-items, one per warpgroup, each
+    // with the halo: the slots hold 2 columns instead of 4, so more of them fit, and the
+    // warpgroups no longer work in step.
     const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
     typename Halo::Pos pos[kStrips];
     auto on_unit = [&](int64_t tile) {
