@@ -732,8 +732,8 @@ cudaError_t launch_conv_halo_ss_variant(const BsmmBlocksArgs& a, cudaStream_t st
 }
 
 // The conv strip kernel (conv/bsconv_strip_kernel.cuh) takes the halo kernels'
-// bs 32 and bs 16 convs whose images are a multiple of 8 pixels wide and 16 or a multiple of
-// 32 high (strips of R = 16 / 32 rows), with taps a multiple of 3 or 2, taps
+// bs 32 and 16 convs whose images are a multiple of 8 pixels wide and 16 or a multiple
+// of 32 high (strips of R = 16 / 32 rows), with taps a multiple of 3 or 2, taps
 // reaching at most 8 pixels left and right together, and the halo within its
 // copies. JBS_CONV_STRIP=0 leaves those convs to the ss / halo kernels.
 inline int conv_strip_env() { return env_switch("JBS_CONV_STRIP"); }
@@ -810,7 +810,7 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
                 : split_env >= 0    ? split_env
                 : !stages_for(false) ? 1
                                      : density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
-    hp->stages = stages_for(BS == 32 && hp->split);
+    hp->stages = stages_for(hp->split);
     if (hp->stages == 0) return false;
     // JBS_CONV_STRIP_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
     const char* forced = std::getenv("JBS_CONV_STRIP_STAGES");
@@ -851,7 +851,7 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
       return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.plane_slots, BS == 32 && p.split, p.stages)),
+                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.plane_slots, p.split, p.stages)),
                            stream, p);
     };
     using I32 = std::integral_constant<int, 32>;
