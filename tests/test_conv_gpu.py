@@ -375,9 +375,10 @@ def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_si
     """At bs 16 the strip kernel's item is the union rows of channel blocks 2b and 2b + 1 of a
     group of 8 columns. 9 input blocks (the last pair is half past the channels) and 20 output
     blocks (a last group of 4); in group 0 block 2 has no block and block 3 has some (a pair of
-    its odd half only), block 4 some and block 5 none (its even half only). Over 240 units:
-    forward and input gradient against float64, the strip kernel asserted to run, and the
-    same bits with a 2-slot ring."""
+    its odd half only), block 4 some and block 5 none (its even half only). Both pairs give each
+    warpgroup (4 columns) blocks in one half only, whose other k-step the kernel skips; the
+    random rows give the other mixes. Over 240 units: forward and input gradient against
+    float64, the strip kernel asserted to run, and the same bits with a 2-slot ring."""
     layout = heavy_column_layout(rng, 9, 20, density=0.3)
     layout[2, :8] = False
     layout[3, 2:5] = True

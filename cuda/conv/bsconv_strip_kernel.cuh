@@ -13,7 +13,8 @@
 // operand: two raw 32 x 32 blocks per warpgroup, moved by one bulk copy each
 // (no per-thread copy arithmetic) and loaded into registers by ldmatrix; an
 // absent block is not copied (its A comes from one zero block). The cost: where only one
-// of a warpgroup's two columns has a block, half its MMA multiplies zeros.
+// of a warpgroup's two columns has a block, half its MMA multiplies zeros (at bs 16, 3/4
+// where one of four has; a k-step whose half has no block of the warpgroup's is skipped).
 //
 // The N side: a strip 8 pixels wide and R = 32 (or 16) rows tall, whose halo
 // (conv/strip_halo.cuh) makes every tap a descriptor offset; a tile is 32 / R
@@ -45,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>  // std::integral_constant
 
 #include "common/dtype.cuh"
 #include "common/mbarrier.cuh"
@@ -399,74 +401,95 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       mbarrier_wait(&full[stage], ring.phase);
       const unsigned info = slot_info[stage];
       last = (info & kStripLastOfUnit) != 0;
-      const bool mine = (info >> (wg * kWgBits)) & ((1u << kWgBits) - 1u);  // a block of the (sub-)item
+      // This warpgroup's blocks of the (sub-)item: bit c * halves + h, c its own columns.
+      const unsigned my_blocks = (info >> (wg * kWgBits)) & ((1u << kWgBits) - 1u);
       const T* const ws = smem + stage * slot_elems + halo_elems;
       const uint64_t b_item = b_base + stage * slot_units;
 
-      // The taps run as a pipeline over NTAPS = TAPS_PER_WAIT register buffers of A
-      // fragments: tap t uses buffer t % NTAPS; once tap t is issued, wgmma_wait<1> retires
-      // tap t - 1, whose buffer is refilled with tap t - 1 + NTAPS while tap t runs. So a
-      // warpgroup's taps reach the tensor cores back to back, with no drain but the last.
-      // NTAPS divides the taps: the batch loop has no tap to skip (a branch between wgmmas,
-      // or a second loop for the remainder, made ptxas serialize every wgmma, C7520).
-      constexpr int NTAPS = TAPS_PER_WAIT;
-      uint32_t a[NTAPS][2][4];
-      // K-step ks reads half h = ks (bs 16: its own block, packed by rank among the
-      // half's present blocks) or the block's rows 16 ks.. (bs 32). An absent block's A is
-      // read from the zero block: a choice of address, not of the loaded values, so
-      // nothing waits for the ldmatrix until the wgmma.
-      const T* a_base[2];
-      int a_tap_stride[2];
+      // The item's taps, KS k-steps each (KS = 2: both halves / a bs-32 block's rows 0..15
+      // and 16..31; KS = 1, bs 16 only: half `only_half`, the other having no block of this
+      // warpgroup's, so its k-step would multiply zeros only). One code path per KS, chosen
+      // per item, so no branch falls between the wgmmas. (Skipping a k-step saves ~24% of
+      // the MMA work at density 1/4 and ~37% at 1/8; benchmarks/NOTES.md, session 23.)
+      auto run_item = [&](auto ks_count, int only_half) {
+        constexpr int KS = decltype(ks_count)::value;
+        // The taps run as a pipeline over NTAPS = TAPS_PER_WAIT register buffers of A
+        // fragments: tap t uses buffer t % NTAPS; once tap t is issued, wgmma_wait<1> retires
+        // tap t - 1, whose buffer is refilled with tap t - 1 + NTAPS while tap t runs. So a
+        // warpgroup's taps reach the tensor cores back to back, with no drain but the last.
+        // NTAPS divides the taps: the batch loop has no tap to skip (a branch between wgmmas,
+        // or a second loop for the remainder, made ptxas serialize every wgmma, C7520).
+        constexpr int NTAPS = TAPS_PER_WAIT;
+        uint32_t a[NTAPS][KS][4];
+        // K-step ks reads half h (bs 16: its own block, packed by rank among the half's
+        // present blocks, and the halo's planes 2 h, 2 h + 1) or the block's rows 16 ks..
+        // (bs 32). An absent block's A is read from the zero block: a choice of address,
+        // not of the loaded values, so nothing waits for the ldmatrix until the wgmma.
+        const T* a_base[KS];
+        int a_tap_stride[KS];
+        uint32_t b_plane[KS];
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {
-        const int h = kHalves == 2 ? ks : 0;
-        const bool present = (info >> (my_column * kHalves + h)) & 1u;
-        const int slot_block =
-            kHalves == 2 ? h * kP + __popc(info & (0x5555u << h) & ((1u << (2 * my_column)) - 1u))
-                         : split ? my_column & 1 : my_column;
-        a_base[ks] = present ? ws + slot_block * Cfg::kBlockElems : zero_block;
-        a_tap_stride[ks] = present ? slot_blocks * Cfg::kBlockElems : 0;
-      }
-      auto load_a = [&](uint32_t (&buf)[2][4], int t) {
-        t = t < taps ? t : taps - 1;  // past the last tap: a harmless reload, no branch
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
-          const T* const blk = a_base[ks] + t * a_tap_stride[ks];
-          const int k0 = kHalves == 2 ? 0 : ks * 16;
-          if constexpr (!TRANS) {
-            // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
-            ldsm_x4_t(buf[ks], blk + (k0 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
-          } else {
-            // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
-            ldsm_x4(buf[ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + k0 + (li >> 1) * 8);
-          }
+        for (int ks = 0; ks < KS; ++ks) {
+          const int h = kHalves == 1 ? 0 : KS == 2 ? ks : only_half;
+          const bool present = (info >> (my_column * kHalves + h)) & 1u;
+          const int slot_block =
+              kHalves == 2 ? h * kP + __popc(info & (0x5555u << h) & ((1u << (2 * my_column)) - 1u))
+                           : split ? my_column & 1 : my_column;
+          a_base[ks] = present ? ws + slot_block * Cfg::kBlockElems : zero_block;
+          a_tap_stride[ks] = present ? slot_blocks * Cfg::kBlockElems : 0;
+          b_plane[ks] = static_cast<uint32_t>((kHalves == 2 ? h : ks) * 2 * p.halo.plane_slots);
         }
-      };
-      // Batch b: taps NTAPS b .. NTAPS b + NTAPS - 1.
-      auto run_batch = [&](int b) {
+        auto load_a = [&](uint32_t (&buf)[KS][4], int t) {
+          t = t < taps ? t : taps - 1;  // past the last tap: a harmless reload, no branch
 #pragma unroll
-        for (int j = 0; j < NTAPS; ++j) {
-          const int t = b * NTAPS + j;
-          const uint64_t b_tap = b_item + tap_slot[t];
-          wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) {
-#pragma unroll
-            for (int s = 0; s < kStrips; ++s) {
-              wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b_tap + s * band_slots + ks * 2 * p.halo.plane_slots);
+          for (int ks = 0; ks < KS; ++ks) {
+            const T* const blk = a_base[ks] + t * a_tap_stride[ks];
+            const int k0 = kHalves == 2 ? 0 : ks * 16;
+            if constexpr (!TRANS) {
+              // fwd: A(m = output channel, k = input channel) = W[k][m]: stored rows are k.
+              ldsm_x4_t(buf[ks], blk + (k0 + (li >> 1) * 8 + lr) * BS + m_in_block + (li & 1) * 8);
+            } else {
+              // dx: A(m = input channel, k = output channel) = W[m][k]: stored rows are m.
+              ldsm_x4(buf[ks], blk + (m_in_block + (li & 1) * 8 + lr) * BS + k0 + (li >> 1) * 8);
             }
           }
-          wgmma_commit();
-          wgmma_wait<1>();  // tap t - 1 retired: refill its buffer
-          // At t = 0 buffer NTAPS - 1 still waits for its tap: reload that same tap.
-          load_a(a[(j + NTAPS - 1) % NTAPS], t == 0 ? NTAPS - 1 : t - 1 + NTAPS);
-        }
-      };
-      if (mine) {
+        };
+        // Batch b: taps NTAPS b .. NTAPS b + NTAPS - 1.
+        auto run_batch = [&](int b) {
+#pragma unroll
+          for (int j = 0; j < NTAPS; ++j) {
+            const int t = b * NTAPS + j;
+            const uint64_t b_tap = b_item + tap_slot[t];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+#pragma unroll
+              for (int s = 0; s < kStrips; ++s) {
+                wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b_tap + s * band_slots + b_plane[ks]);
+              }
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // tap t - 1 retired: refill its buffer
+            // At t = 0 buffer NTAPS - 1 still waits for its tap: reload that same tap.
+            load_a(a[(j + NTAPS - 1) % NTAPS], t == 0 ? NTAPS - 1 : t - 1 + NTAPS);
+          }
+        };
 #pragma unroll
         for (int j = 0; j < NTAPS; ++j) load_a(a[j], j);
         for (int b = 0; b * NTAPS < taps; ++b) run_batch(b);
         wgmma_wait<0>();
+      };
+      using KSteps1 = std::integral_constant<int, 1>;
+      using KSteps2 = std::integral_constant<int, 2>;
+      if constexpr (kHalves == 2) {
+        const bool half0 = (my_blocks & 0x55u) != 0, half1 = (my_blocks & 0xAAu) != 0;
+        if (half0 && half1) {
+          run_item(KSteps2{}, 0);
+        } else if (half0 || half1) {
+          run_item(KSteps1{}, half1 ? 1 : 0);
+        }
+      } else if (my_blocks != 0) {
+        run_item(KSteps2{}, 0);
       }
       mbarrier_arrive_warp(&empty[stage], lane);  // this warp is done with the slot
     }
