@@ -24,7 +24,8 @@
 // bs 16); warpgroup wg owns the group's channels 64 wg.. for all 256 pixels (an m64 x
 // 256 fp32 accumulator). Items are the group's union items (the conv's group tables,
 // tap 0's, as the halo kernels), at bs 16 those of an aligned pair of channel blocks
-// joined (ConvStripConfig): 32 input channels, two k-steps, either way. Per item every
+// joined (ConvStripConfig): 32 input channels, two k-steps, either way (at bs 16 one
+// where a warpgroup has blocks in one half only). Per item every
 // tap's present blocks arrive by bulk copies and the halo by TMA boxes, all on the
 // slot's mbarrier. The CTAs are persistent, one
 // per SM, each taking a run of units of equal weight (balanced_unit_range).
@@ -83,7 +84,7 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static_assert(kIs16Bit<T> && (R == 16 || R == 32), "conv strip kernel: 16-bit types, strips of 16 or 32 rows");
   static_assert(BS == 16 || BS == 32, "conv strip kernel: blocks of 16 or 32");
   static constexpr int kP = 128 / BS;     // block columns per group, half of them per warpgroup
-  static constexpr int kHalves = 32 / BS;  // input channel blocks per item: k-step ks reads block ks / (2 / kHalves)
+  static constexpr int kHalves = 32 / BS;  // input channel blocks per item: a k-step reads one (bs 16) or half of it
   static constexpr int kN = 8 * R;        // pixels per strip: one wgmma's N
   static constexpr int kStrips = 32 / R;  // per 256-pixel tile
   static constexpr int kMaxStages = 4;
@@ -401,7 +402,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       mbarrier_wait(&full[stage], ring.phase);
       const unsigned info = slot_info[stage];
       last = (info & kStripLastOfUnit) != 0;
-      // This warpgroup's blocks of the (sub-)item: bit c * halves + h, c its own columns.
+      // This warpgroup's blocks of the (sub-)item: bit c * halves + h, c counted from its
+      // first column.
       const unsigned my_blocks = (info >> (wg * kWgBits)) & ((1u << kWgBits) - 1u);
       const T* const ws = smem + stage * slot_elems + halo_elems;
       const uint64_t b_item = b_base + stage * slot_units;
@@ -410,7 +412,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       // and 16..31; KS = 1, bs 16 only: half `only_half`, the other having no block of this
       // warpgroup's, so its k-step would multiply zeros only). One code path per KS, chosen
       // per item, so no branch falls between the wgmmas. (Skipping a k-step saves ~24% of
-      // the MMA work at density 1/4 and ~37% at 1/8; benchmarks/NOTES.md, session 23.)
+      // the MMA work at density 1/4 and ~37% at 1/8 of random layouts; it ran bs 16 fwd / dx
+      // 1.08-1.13x faster at 1/4, 1.06-1.20x at 1/8; benchmarks/NOTES.md, session 23.)
       auto run_item = [&](auto ks_count, int only_half) {
         constexpr int KS = decltype(ks_count)::value;
         // The taps run as a pipeline over NTAPS = TAPS_PER_WAIT register buffers of A
