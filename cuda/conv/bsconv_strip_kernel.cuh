@@ -36,10 +36,10 @@
 // Warp specialized: a loader warp (at bs 16 all 4 of its warpgroup, sharing the block
 // copies) walks the CTA's items into a ring of 2-4 slots (as
 // many as fit), each as soon as the two consumer warpgroups have released the slot's
-// previous item (an `empty` mbarrier), across unit boundaries. Each consumer warp writes
-// its own 16 channels of a unit's output from its accumulators, through stmatrix into
-// staging rows of its own: no barrier between the warpgroups, no slot kept for an
-// epilogue. Below density 3/8 a 3x3's items go out as one sub-item per warpgroup
+// previous item (an `empty` mbarrier), across unit boundaries. Each consumer warpgroup writes
+// its 64 channels of a unit's output from its accumulators, through stmatrix into
+// staging rows of its own, in whole 128-byte lines: no barrier between the warpgroups,
+// no slot kept for an epilogue. Below density 3/8 a 3x3's items go out as one sub-item per warpgroup
 // (ConvStripParams::split). (Session 18: warp 0 had loaded the next item between its own
 // wgmmas after a CTA barrier per item, and the warps waited 13% of their samples for the
 // item and 31% at that barrier. Session 21: the whole tile staged in a slot after a
@@ -92,11 +92,13 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static constexpr int kPlanes = 4;       // 32 input channels per item
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kOptInBytes = 226 * 1024;
-  // The epilogue: each consumer warp stages its 16 channels of 32 pixels at a time, a
-  // pixel's 16 channels in a 48-byte row (stmatrix rows then fall in distinct banks).
-  static constexpr int kOutPixels = 32;
-  static constexpr int kOutLd = 24;
-  static constexpr int kOutElems = (kConsumerThreads / 32) * kOutPixels * kOutLd;
+  // The epilogue: each consumer warpgroup stages its 64 channels of 16 pixels at a time,
+  // in two buffers, a pixel's 64 channels (128 bytes) in a 144-byte row (stmatrix rows and
+  // the 16-byte reads of a row then fall in distinct banks).
+  static constexpr int kOutPixels = 16;
+  static constexpr int kOutLd = 72;
+  static constexpr int kOutBuffers = 2;
+  static constexpr int kOutElems = (kConsumerThreads / 128) * kOutBuffers * kOutPixels * kOutLd;
   static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
   // Weight blocks of one tap a slot holds: all P x halves of an item, or (bs 32) a
   // warpgroup's 2 of a sub-item. A tap's block of column c is c (bs 32); of column c,
@@ -343,44 +345,50 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   const int my_column = wg * (kP / 2) + (warp & 3) / kWarpsPerColumn;
   const int m_in_block = ((warp & 3) % kWarpsPerColumn) * 16;
   const int lr = lane & 7, li = lane >> 3;
-  const int out_blocks = static_cast<int>(p.out_cols / BS);
-  T* const my_out_stage = out_stage + warp * Cfg::kOutPixels * Cfg::kOutLd;
 
-  // Unit (tile, group q)'s output, this warp's 16 channels of it, from its accumulators:
-  // 32 pixels at a time through the warp's staging rows (stmatrix, transposed: a pixel's
-  // 16 channels in one row), then 16-byte stores, a pixel's 32 bytes whole sectors of y.
+  // Unit (tile, group q)'s output, the warpgroup's 64 channels of it, from the accumulators,
+  // 16 pixels at a time: each warp's 16 channels by stmatrix (transposed: a pixel's channels
+  // in one row) into the warpgroup's staging rows, then, after the warpgroup's named barrier,
+  // each warp stores 4 pixels' whole 128-byte rows. So every store instruction writes 4 full
+  // 128-byte lines of y. (Each warp storing its own 16 channels wrote 16 lines' 32-byte
+  // sectors per instruction: the stores then cost 11-14% of the kernel even into an
+  // L2-resident region, against 2-3% for the rest of the epilogue; benchmarks/NOTES.md,
+  // session 24.) Two buffers, so one barrier per chunk: a warp writes a buffer again only
+  // after the barrier of the chunk in between, which every warp reaches after its reads.
+  const int wg_warp = warp & 3;
+  T* const wg_stage = out_stage + wg * Cfg::kOutBuffers * Cfg::kOutPixels * Cfg::kOutLd;
   auto store_tile = [&](int64_t tile, int q, const float (&acc)[kStrips][kN / 8][4]) {
-    if (q * kP + my_column >= out_blocks) return;  // past the last output column (a narrower last group)
-    T* const out_at = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride +
-                      static_cast<int64_t>(q * kP + my_column) * BS + m_in_block;
+    // The warpgroup's first output channel; its 4 warps return together (uniform).
+    const int first_channel = (q * kP + wg * (kP / 2)) * BS;
+    if (first_channel >= static_cast<int>(p.out_cols)) return;  // past the last column (a narrower last group)
+    T* const out_at = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + first_channel;
+    const int channel = 8 * (lane & 7);  // this lane's 8 channels of a stored row
+    const bool channel_stored = first_channel + channel < static_cast<int>(p.out_cols);
     typename Halo::Pos out_pos[kStrips];
     Halo::strips_of(g, tile, out_pos);
+    int buffer = 0;
 #pragma unroll
     for (int s = 0; s < kStrips; ++s) {
+      const typename Halo::Pos pos = Halo::pick(out_pos, s);
 #pragma unroll
       for (int chunk = 0; chunk < kN / Cfg::kOutPixels; ++chunk) {
-        // stmatrix x4 of n-tiles nt, nt + 1: matrix j = (n-tile nt + j / 2, channels 8 (j % 2)..).
-#pragma unroll
-        for (int pair = 0; pair < Cfg::kOutPixels / 16; ++pair) {
-          const int nt = chunk * (Cfg::kOutPixels / 8) + 2 * pair;
-          T* const row_at = my_out_stage + (16 * pair + 8 * (li >> 1) + lr) * Cfg::kOutLd + 8 * (li & 1);
-          stsm_x4_t(row_at, pack_pair<T>(acc[s][nt][0], acc[s][nt][1]), pack_pair<T>(acc[s][nt][2], acc[s][nt][3]),
-                    pack_pair<T>(acc[s][nt + 1][0], acc[s][nt + 1][1]),
-                    pack_pair<T>(acc[s][nt + 1][2], acc[s][nt + 1][3]));
+        T* const stage = wg_stage + buffer * Cfg::kOutPixels * Cfg::kOutLd;
+        // stmatrix x4 of n-tiles nt, nt + 1: matrix j = (n-tile nt + j / 2, channels 8 (j % 2)..
+        // of the warp's 16, which are the warpgroup's 16 wg_warp..).
+        const int nt = 2 * chunk;
+        stsm_x4_t(stage + (8 * (li >> 1) + lr) * Cfg::kOutLd + 16 * wg_warp + 8 * (li & 1),
+                  pack_pair<T>(acc[s][nt][0], acc[s][nt][1]), pack_pair<T>(acc[s][nt][2], acc[s][nt][3]),
+                  pack_pair<T>(acc[s][nt + 1][0], acc[s][nt + 1][1]),
+                  pack_pair<T>(acc[s][nt + 1][2], acc[s][nt + 1][3]));
+        named_barrier_sync(1 + wg, 128);  // the warpgroup's 4 warps have staged the chunk
+        const int pixel = 4 * wg_warp + (lane >> 3);
+        const int n = chunk * Cfg::kOutPixels + pixel;
+        if (pos.image < images && channel_stored) {
+          const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
+          *reinterpret_cast<uint4*>(out_at + row * p.out_cols + channel) =
+              *reinterpret_cast<const uint4*>(stage + pixel * Cfg::kOutLd + channel);
         }
-        __syncwarp();
-        const typename Halo::Pos pos = Halo::pick(out_pos, s);
-#pragma unroll
-        for (int v = lane; v < Cfg::kOutPixels * 2; v += 32) {
-          const int pixel = v >> 1, half = v & 1;
-          const int n = chunk * Cfg::kOutPixels + pixel;
-          if (pos.image < images) {
-            const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
-            *reinterpret_cast<uint4*>(out_at + row * p.out_cols + 8 * half) =
-                *reinterpret_cast<const uint4*>(my_out_stage + pixel * Cfg::kOutLd + 8 * half);
-          }
-        }
-        __syncwarp();  // the rows are read before the next chunk's stmatrix
+        buffer ^= 1;
       }
     }
   };
