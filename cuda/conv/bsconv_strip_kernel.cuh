@@ -36,11 +36,11 @@
 // Warp specialized: a loader warp (at bs 16 all 4 of its warpgroup, sharing the block
 // copies) walks the CTA's items into a ring of 2-4 slots (as
 // many as fit), each as soon as the two consumer warpgroups have released the slot's
-// previous item (an `empty` mbarrier), across unit boundaries. Each consumer warpgroup writes
-// its 64 channels of a unit's output from its accumulators, through stmatrix into
-// staging rows of its own, in whole 128-byte lines: no barrier between the warpgroups,
-// no slot kept for an epilogue. Below density 3/8 a 3x3's items go out as one sub-item per warpgroup
-// (ConvStripParams::split). (Session 18: warp 0 had loaded the next item between its own
+// previous item (an `empty` mbarrier), across unit boundaries. Each consumer
+// warpgroup writes its 64 channels of a unit's output from its accumulators, through
+// stmatrix into staging rows of its own, in whole 128-byte lines: no barrier between
+// the warpgroups, no slot kept for an epilogue. Below density 3/8 a 3x3's items go out
+// as one sub-item per warpgroup (ConvStripParams::split). (Session 18: warp 0 had loaded the next item between its own
 // wgmmas after a CTA barrier per item, and the warps waited 13% of their samples for the
 // item and 31% at that barrier. Session 21: the whole tile staged in a slot after a
 // barrier of both warpgroups, a division per tap and 2 slots cost 3-14%.)
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
                   pack_pair<T>(acc[s][nt][0], acc[s][nt][1]), pack_pair<T>(acc[s][nt][2], acc[s][nt][3]),
                   pack_pair<T>(acc[s][nt + 1][0], acc[s][nt + 1][1]),
                   pack_pair<T>(acc[s][nt + 1][2], acc[s][nt + 1][3]));
-        named_barrier_sync(1 + wg, 128);  // the warpgroup's 4 warps have staged the chunk
+        named_barrier_sync(1 + wg, Cfg::kConsumerThreads / 2);  // the warpgroup's 4 warps have staged the chunk
         const int pixel = 4 * wg_warp + (lane >> 3);
         const int n = chunk * Cfg::kOutPixels + pixel;
         if (pos.image < images && channel_stored) {
