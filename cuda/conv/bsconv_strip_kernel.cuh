@@ -40,10 +40,11 @@
 // warpgroup writes its 64 channels of a unit's output from its accumulators, through
 // stmatrix into staging rows of its own, in whole 128-byte lines: no barrier between
 // the warpgroups, no slot kept for an epilogue. Below density 3/8 a 3x3's items go out
-// as one sub-item per warpgroup (ConvStripParams::split). (Session 18: warp 0 had loaded the next item between its own
-// wgmmas after a CTA barrier per item, and the warps waited 13% of their samples for the
-// item and 31% at that barrier. Session 21: the whole tile staged in a slot after a
-// barrier of both warpgroups, a division per tap and 2 slots cost 3-14%.)
+// as one sub-item per warpgroup (ConvStripParams::split). (Session 18: warp 0 had
+// loaded the next item between its own wgmmas after a CTA barrier per item, and the
+// warps waited 13% of their samples for the item and 31% at that barrier. Session 21:
+// the whole tile staged in a slot after a barrier of both warpgroups, a division per
+// tap and 2 slots cost 3-14%.)
 #pragma once
 
 #include <cstdint>
