@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 import jbs
-from helpers import f64, heavy_column_layout, random_array, rel_error, tolerance
+from helpers import awkward_layout, f64, heavy_column_layout, random_array, rel_error, tolerance
 from test_conv import DN
 
 pytestmark = pytest.mark.gpu
@@ -281,6 +281,45 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
     for y, dx in results[1:]:
         np.testing.assert_array_equal(y, results[0][0])
         np.testing.assert_array_equal(dx, results[0][1])
+
+
+@pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1)))])
+@pytest.mark.parametrize("bs,density", [(32, 0.25), (32, 0.5), (16, 0.125)])
+def test_conv_strip_kernel_paired_column_groups(rng, monkeypatch, kernel_size, padding, bs, density):
+    """The strip kernel's column groups paired by shared inputs (tables.paired_order: a group's
+    columns out of order, so a warpgroup's 64 channels are two pieces of a stored row, and a
+    narrower last group; at bs 16, density 1/8, rows of a group's blocks not consecutive in w,
+    and 4 pieces), on 10 x 11 layouts with an empty row and column, over 240 units or more:
+    forward and input gradient against float64, and the same bits as the groups in order
+    (JBS_CONV_PAIRED=0, read when the op is built), since each output channel's sum meets the
+    same blocks in the same order either way."""
+    layout = awkward_layout(rng, 10, 11, density=density)
+    paired = jbs.BlockSparseConv(layout, bs, kernel_size, 1, padding)
+    with monkeypatch.context() as m:
+        m.setenv("JBS_CONV_PAIRED", "0")
+        in_order = jbs.BlockSparseConv(layout, bs, kernel_size, 1, padding)
+    columns = paired._tables.fwd_paired_columns
+    assert (columns[:11] != np.arange(11)).any() and (in_order._tables.fwd_paired_columns[:11] == np.arange(11)).all()
+    x = random_array(rng, (40, 32, 16, 10 * bs), jnp.bfloat16)
+    w = random_array(rng, paired.w_shape, jnp.bfloat16)
+    g = random_array(rng, (40, 32, 16, 11 * bs), jnp.bfloat16)
+    kernel = paired.to_dense(jnp.asarray(w, jnp.float32))
+    ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(paired, x, kernel), jnp.asarray(x, jnp.float32))
+    ref_dx = ref_pullback(jnp.asarray(g, jnp.float32))[0]
+    def fwd_and_dx(conv):
+        def run(x, w, g):
+            y, pullback = jax.vjp(lambda x: conv(x, w), x)
+            return y, pullback(g)[0]
+        return jax.jit(run)
+
+    results = []
+    for conv in (paired, in_order):
+        y, dx = fwd_and_dx(conv)(x, w, g)
+        assert rel_error(y, f64(ref_y)) < tolerance(jnp.bfloat16)
+        assert rel_error(dx, f64(ref_dx)) < tolerance(jnp.bfloat16)
+        results.append((np.asarray(y), np.asarray(dx)))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
 
 
 @pytest.mark.parametrize("x_axis,w_axis", [(0, 0), (None, 0), (0, None)])

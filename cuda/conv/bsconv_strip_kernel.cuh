@@ -22,7 +22,10 @@
 //
 // Work unit = (tile, group of 128 output channels: 4 block columns at bs 32, 8 at
 // bs 16); warpgroup wg owns the group's channels 64 wg.. for all 256 pixels (an m64 x
-// 256 fp32 accumulator). Items are the group's union items (the conv's group tables,
+// 256 fp32 accumulator). A group's columns are not adjacent but paired by shared input
+// blocks (jbs/_src/tables.py paired_order; p.columns names them; at bs 16 only below density
+// 3/16): in order, a quarter to a half of the m64 MMAs multiplied a zero block at density
+// 1/4 to 1/8. Items are the group's union items (the conv's group tables,
 // tap 0's, as the halo kernels), at bs 16 those of an aligned pair of channel blocks
 // joined (ConvStripConfig): 32 input channels, two k-steps, either way (at bs 16 one
 // where a warpgroup has blocks in one half only). Per item every
@@ -71,6 +74,7 @@ struct ConvStripParams : GroupParams {
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
   int stages;            // ring slots, 2 .. kMaxStages: as many as fit (ConvStripConfig::stages_for)
   int split;             // 1: each item goes to the ring as one sub-item per warpgroup with blocks
+  const int32_t* columns;  // output block column of group q's column c: columns[q * P + c], -1 for none
   int tap_slot[64];      // halo slot of tap t's shift (StripHaloShape::tap_slot), t < taps <= 64
 };
 
@@ -289,7 +293,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           // columns 8 q..8 q + 7, so in the fwd they are consecutive in w: one bulk copy
           // (the loader issues each copy lane by lane: 72 copies of single blocks per item
           // cost a 3x3 at 1/2 225.9 us against 161.2 with none; benchmarks/NOTES.md,
-          // session 22). The dx's are a column's: one copy per block.
+          // session 22). The dx's are a column's, and paired groups' columns are apart: one
+          // copy per block.
           for (int j = copy_warp + kCopyWarps * lane; j < taps * 2; j += 32 * kCopyWarps) {
             const int t = j >> 1, h = j & 1;
             // One run: present blocks at consecutive indices, rising with the column (the
@@ -359,12 +364,20 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   const int wg_warp = warp & 3;
   T* const wg_stage = out_stage + wg * Cfg::kOutBuffers * Cfg::kOutPixels * Cfg::kOutLd;
   auto store_tile = [&](int64_t tile, int q, const float (&acc)[kStrips][kN / 8][4]) {
-    // The warpgroup's first output channel; its 4 warps return together (uniform).
-    const int first_channel = (q * kP + wg * (kP / 2)) * BS;
-    if (first_channel >= static_cast<int>(p.out_cols)) return;  // past the last column (a narrower last group)
-    T* const out_at = static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + first_channel;
-    const int channel = 8 * (lane & 7);  // this lane's 8 channels of a stored row
-    const bool channel_stored = first_channel + channel < static_cast<int>(p.out_cols);
+    // The group's columns are paired by shared inputs, not adjacent (p.columns): this lane's
+    // 8 channels of a stored row, channels `channel`.. of the warpgroup's 64, lie in its
+    // column channel / BS, which is output block column `column` (-1: none). So a stored row
+    // is 2 (bs 32) or 4 (bs 16) pieces of output lines.
+    const int32_t* const wg_columns = p.columns + q * kP + wg * (kP / 2);
+    bool any_column = false;
+#pragma unroll
+    for (int c = 0; c < kP / 2; ++c) any_column = any_column || __ldg(wg_columns + c) >= 0;
+    if (!any_column) return;  // the warpgroup's 4 warps return together (uniform)
+    const int channel = 8 * (lane & 7);
+    const int column = __ldg(wg_columns + channel / BS);
+    const bool channel_stored = column >= 0;
+    T* const out_at =
+        static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + (channel_stored ? column : 0) * BS + channel % BS;
     typename Halo::Pos out_pos[kStrips];
     Halo::strips_of(g, tile, out_pos);
     int buffer = 0;
@@ -386,7 +399,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         const int n = chunk * Cfg::kOutPixels + pixel;
         if (pos.image < images && channel_stored) {
           const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
-          *reinterpret_cast<uint4*>(out_at + row * p.out_cols + channel) =
+          *reinterpret_cast<uint4*>(out_at + row * p.out_cols) =
               *reinterpret_cast<const uint4*>(stage + pixel * Cfg::kOutLd + channel);
         }
         buffer ^= 1;

@@ -79,7 +79,9 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
                          const ffi::AnyBuffer& in, const ffi::AnyBuffer& w,
                          const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
                          const ffi::AnyBuffer& group_offsets, const ffi::AnyBuffer& group_items,
-                         ffi::AnyBuffer out, int32_t block_size, int32_t precision,
+                         const ffi::AnyBuffer& paired_offsets, const ffi::AnyBuffer& paired_items,
+                         const ffi::AnyBuffer& paired_columns, ffi::AnyBuffer out, int32_t block_size,
+                         int32_t precision,
                          ffi::Span<const int32_t> geometry) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
   const std::string out_name = transpose ? "result dx" : "result y";
@@ -126,6 +128,7 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   }
   BsmmBlocksArgs a;
   JBS_RETURN_IF_ERROR(set_groups(target, group_offsets, group_items, out_blocks, bs, &a));
+  JBS_RETURN_IF_ERROR(set_paired_groups(target, paired_offsets, paired_items, paired_columns, &a));
   if (groups == 0 || rows == 0 || od[2] == 0) return ffi::Error::Success();
 
   a.in = in.untyped_data();
@@ -157,18 +160,22 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
 
 ffi::Error BsconvFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                          ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer group_offsets,
-                         ffi::AnyBuffer group_items, ffi::Result<ffi::AnyBuffer> y,
-                         int32_t block_size, int32_t precision, ffi::Span<const int32_t> geometry) {
+                        ffi::AnyBuffer group_items, ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
+                         ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> y, int32_t block_size,
+                         int32_t precision, ffi::Span<const int32_t> geometry) {
   return bsconv_blocks("jbs_bsconv_fwd", false, stream, x, w, offsets, items, group_offsets,
-                       group_items, *y, block_size, precision, geometry);
+                       group_items, paired_offsets, paired_items, paired_columns, *y, block_size,
+                       precision, geometry);
 }
 
 ffi::Error BsconvDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
                         ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer group_offsets,
-                        ffi::AnyBuffer group_items, ffi::Result<ffi::AnyBuffer> dx,
-                        int32_t block_size, int32_t precision, ffi::Span<const int32_t> geometry) {
+                        ffi::AnyBuffer group_items, ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
+                        ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> dx, int32_t block_size,
+                        int32_t precision, ffi::Span<const int32_t> geometry) {
   return bsconv_blocks("jbs_bsconv_dx", true, stream, dy, w, offsets, items, group_offsets,
-                       group_items, *dx, block_size, precision, geometry);
+                       group_items, paired_offsets, paired_items, paired_columns, *dx, block_size,
+                       precision, geometry);
 }
 
 ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
@@ -260,6 +267,9 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
       .Arg<ffi::AnyBuffer>() /* items int32 (taps * nnz, 2) */                        \
       .Arg<ffi::AnyBuffer>() /* group_offsets int32 (num_groups + 1) */               \
       .Arg<ffi::AnyBuffer>() /* group_items int32 (n, 1 + width) */                   \
+      .Arg<ffi::AnyBuffer>() /* paired_offsets int32 (num_groups + 1) */              \
+      .Arg<ffi::AnyBuffer>() /* paired_items int32 (n, 1 + width) */                  \
+      .Arg<ffi::AnyBuffer>() /* paired_columns int32 (num_groups * width) */          \
       .Ret<ffi::AnyBuffer>() /* result (G, pixels, channels) */                       \
       .Attr<int32_t>("block_size")                                                    \
       .Attr<int32_t>("precision")                                                     \

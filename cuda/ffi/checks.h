@@ -154,4 +154,27 @@ inline ffi::Error set_groups(const char* target, const ffi::AnyBuffer& offsets,
   return ffi::Error::Success();
 }
 
+// The conv's paired column groups (jbs/_src/tables.py paired_order): shaped as the groups
+// above (set_groups first), plus columns (num_groups * width,): output block column p of
+// group q is columns[q * width + p], -1 for none. Read only by the conv strip kernel.
+inline ffi::Error set_paired_groups(const char* target, const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
+                                    const ffi::AnyBuffer& columns, BsmmBlocksArgs* a) {
+  JBS_RETURN_IF_ERROR(check_index(target, "operand paired_offsets", offsets, 1, "(num_groups + 1,)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand paired_items", items, 2, "(union items, 1 + width)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand paired_columns", columns, 1, "(num_groups * width,)"));
+  const int64_t groups = a->num_groups, width = a->group_width;
+  if (offsets.dimensions()[0] != groups + 1 || items.dimensions()[1] != 1 + width ||
+      columns.dimensions()[0] != groups * width) {
+    return invalid(target, "operands paired_offsets " + shape_str(offsets.dimensions()) + ", paired_items " +
+                               shape_str(items.dimensions()) + " and paired_columns " +
+                               shape_str(columns.dimensions()) + " expected (" + to_string(groups + 1) +
+                               ",), (n, " + to_string(1 + width) + ") and (" + to_string(groups * width) + ",)");
+  }
+  a->paired_offsets = static_cast<const int32_t*>(offsets.untyped_data());
+  a->paired_items = static_cast<const int32_t*>(items.untyped_data());
+  a->paired_columns = static_cast<const int32_t*>(columns.untyped_data());
+  a->num_paired_items = items.dimensions()[0];
+  return ffi::Error::Success();
+}
+
 }  // namespace jbs

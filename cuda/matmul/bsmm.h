@@ -57,6 +57,13 @@ struct BsmmBlocksArgs {
   int64_t num_groups = 0;
   int64_t num_group_items = 0;  // rows of group_items (the groups' union items)
   int group_width = 0;
+  // The same groups' columns paired by shared inputs (convs only; tables.py paired_order):
+  // output block column p of group q is paired_columns[q * group_width + p] (-1: none).
+  // nullptr: none given. Only the conv strip kernel reads them.
+  const int32_t* paired_offsets = nullptr;
+  const int32_t* paired_items = nullptr;
+  const int32_t* paired_columns = nullptr;
+  int64_t num_paired_items = 0;
   // Convolution (implicit GEMM): `in` is an image batch read through `gather`;
   // rows are then the row space's pixels. The small-N path is not used.
   bool gathered = false;

@@ -828,8 +828,13 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
 // map is encoded once per launch, through the driver).
 template <typename T, int BS>
 bool use_conv_strip(const BsmmBlocksArgs& a, ConvStripParams* p, ConvStripShape* shape) {
-  if (conv_strip_env() == 0 || !use_conv_halo<T, BS>(a)) return false;
+  if (conv_strip_env() == 0 || !use_conv_halo<T, BS>(a) || a.paired_columns == nullptr) return false;
+  if (a.num_paired_items % a.gather.taps() != 0) return false;
+  // The paired column groups: the same units, with fewer items and fewer MMAs of zero blocks.
   static_cast<GroupParams&>(*p) = group_params(a);
+  p->group_offsets = a.paired_offsets;
+  p->group_items = a.paired_items;
+  p->columns = a.paired_columns;
   return conv_strip_geometry<T, BS>(a, p, shape);
 }
 

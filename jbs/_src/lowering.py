@@ -404,8 +404,11 @@ def _cuda_rule(target, used_tables):
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     is_dw = target == "jbs_bsmm_dw"
 
-    # The convolutions have no small-N path: no chunks or splits.
-    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables
+    # The convolutions have no small-N path (no chunks or splits); their fwd and dx also read
+    # the paired column groups (the strip kernel's, tables.paired_order).
+    op = target.removeprefix("jbs_bsmm_")
+    paired = [f"{op}_paired_{name}" for name in ("offsets", "items", "columns")] if not is_dw else []
+    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables + tuple(paired)
                           if not name.endswith(("_chunks", "_splits"))]
 
     def rule(ctx, *operands, precision, conv=None):

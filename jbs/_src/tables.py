@@ -15,6 +15,7 @@ int32 operands, never as compile-time constants, so a kernel serves every layout
 from __future__ import annotations
 
 import functools
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +41,15 @@ class Tables(NamedTuple):
     dx_group_items: np.ndarray
     # Row groups of the conv weight-gradient kernel (the reference path ignores them), see _row_groups:
     dw_row_groups: np.ndarray  # (groups, width / 2) consecutive blocks of one block row, -1 past its end
+    # Column groups as above, but of columns chosen to share input blocks (paired_order), and
+    # which output block column each group's column p is: (num_groups * width,), -1 = none.
+    # Only the conv strip kernel reads them; a matmul's are the groups above, in order.
+    fwd_paired_offsets: np.ndarray
+    fwd_paired_items: np.ndarray
+    fwd_paired_columns: np.ndarray
+    dx_paired_offsets: np.ndarray
+    dx_paired_items: np.ndarray
+    dx_paired_columns: np.ndarray
 
 
 def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
@@ -96,16 +106,24 @@ def group_width(block_size: int) -> int:
     return max(1, 128 // block_size)
 
 
-def _groups(offsets: np.ndarray, items: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+def _groups(offsets: np.ndarray, items: np.ndarray, width: int,
+            order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Column groups: segments (output block columns) ``width`` at a time. A large-N CTA owns
     one group and walks the union of its columns' input blocks, so each activation tile it
     loads feeds every column holding a block for it (the reuse a single column cannot give).
-    Returns offsets (num_groups + 1,) and items (union items, 1 + width): [input block, block
-    index of column p of the group or -1], grouped by group and sorted by input block."""
+    ``order`` (see paired_order) lists the segments group by group, -1 for an empty column;
+    by default they go in order. Returns offsets (num_groups + 1,) and items (union items,
+    1 + width): [input block, block index of column p of the group or -1], grouped by group
+    and sorted by input block."""
     num_segments = offsets.shape[0] - 1
-    num_groups = -(-num_segments // width)
+    if order is None:
+        order = np.arange(-(-num_segments // width) * width)
+        order[num_segments:] = -1
+    num_groups = order.shape[0] // width
+    position = np.empty(num_segments, np.int64)
+    position[order[order >= 0]] = np.flatnonzero(order >= 0)
     segment = np.repeat(np.arange(num_segments), np.diff(offsets))
-    group, column = segment // width, segment % width
+    group, column = position[segment] // width, position[segment] % width
     inputs = items[:, 1].astype(np.int64)
     stride = int(inputs.max(initial=0)) + 1
     unique, slot = np.unique(group * stride + inputs, return_inverse=True)  # sorted: group, input
@@ -115,6 +133,54 @@ def _groups(offsets: np.ndarray, items: np.ndarray, width: int) -> tuple[np.ndar
     group_offsets = np.zeros(num_groups + 1, np.int64)
     np.cumsum(np.bincount(unique // stride, minlength=num_groups), out=group_offsets[1:])
     return group_offsets, table
+
+
+# Pairing compares every two sets of a level: beyond this many segments the tables keep them
+# in order (a quadratic host cost for layouts wider than any conv's channels).
+_MAX_PAIRED_SEGMENTS = 512
+
+
+def paired_order(inputs: np.ndarray, width: int) -> np.ndarray:
+    """Segments in groups of ``width`` (a power of two) that share input blocks: the order for
+    _groups, (num_groups * width,), -1 for an empty column; num_groups = ceil(segments /
+    width), as in order. ``inputs`` (input blocks, segments) says which inputs each segment has.
+
+    Why: the conv strip kernel (cuda/conv/bsconv_strip_kernel.cuh) multiplies a group's columns
+    two at a time (one MMA's 64 rows) for every input either one has, and loads an item for
+    every input any column of the group has. Columns paired in order share few inputs (at
+    density 1/4 a random pair shares 1/4 of them), so a quarter to a half of those MMAs
+    multiply a zero block. Greedy matching, level by level (columns into pairs, pairs into
+    pairs of pairs, ...), most shared inputs first: on the 10 x 10 random layouts of the conv
+    benchmark it finds the best pairing (checked against all of them), with 23% fewer MMAs
+    and 28% fewer items at density 1/4 than the order (benchmarks/NOTES.md, session 25).
+    Deterministic: ties go to the lower segment numbers."""
+    num_segments = inputs.shape[1]
+    num_groups = -(-num_segments // width)
+    if width == 1 or num_segments > _MAX_PAIRED_SEGMENTS:
+        order = np.full(num_groups * width, -1, np.int64)
+        order[:num_segments] = np.arange(num_segments)
+        return order
+    members = [np.array([c], np.int64) for c in range(num_segments)]
+    held = [inputs[:, c].astype(bool) for c in range(num_segments)]
+    size = 1
+    while size < width:
+        sets = np.stack(held, axis=1).astype(np.int64)
+        shared = sets.T @ sets
+        first, second = np.triu_indices(len(held), k=1)
+        ranked = np.lexsort((second, first, -shared[first, second]))
+        taken = np.zeros(len(held), bool)
+        merged_members, merged_held = [], []
+        for i, j in zip(first[ranked], second[ranked]):
+            if not taken[i] and not taken[j]:
+                taken[i] = taken[j] = True
+                merged_members.append(np.concatenate([members[i], members[j]]))
+                merged_held.append(held[i] | held[j])
+        for i in np.flatnonzero(~taken):  # an odd one out: padded with empty columns
+            merged_members.append(np.concatenate([members[i], np.full(size, -1, np.int64)]))
+            merged_held.append(held[i])
+        members, held = merged_members, merged_held
+        size *= 2
+    return np.concatenate(members)
 
 
 def build_tables(layout: np.ndarray, width: int = 4) -> Tables:
@@ -164,13 +230,29 @@ def _row_groups(rows: np.ndarray, size: int) -> np.ndarray:
     return np.where(members < row_end[:, None], members, -1).reshape(-1, size)
 
 
-def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width) -> dict:
+def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order=None,
+                  dx_order=None) -> dict:
+    """The column groups of fwd and dx in order, and paired as ``fwd_order`` / ``dx_order``
+    say (None: the paired fields are the groups in order)."""
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
     fields = {}
-    for op, offsets, items in (("fwd", fwd_offsets, fwd_items), ("dx", dx_offsets, dx_items)):
-        group_offsets, group_items = _groups(np.asarray(offsets), np.asarray(items), width)
+    for op, offsets, items, order in (("fwd", fwd_offsets, fwd_items, fwd_order),
+                                      ("dx", dx_offsets, dx_items, dx_order)):
+        offsets, items = np.asarray(offsets), np.asarray(items)
+        group_offsets, group_items = _groups(offsets, items, width)
         fields[f"{op}_group_offsets"] = as_i32(group_offsets)
         fields[f"{op}_group_items"] = as_i32(group_items)
+        if order is None:
+            num_segments = offsets.shape[0] - 1
+            order = np.arange(group_offsets.shape[0] * width - width)
+            order[num_segments:] = -1
+            fields[f"{op}_paired_offsets"] = fields[f"{op}_group_offsets"]
+            fields[f"{op}_paired_items"] = fields[f"{op}_group_items"]
+        else:
+            paired_offsets, paired_items = _groups(offsets, items, width, order)
+            fields[f"{op}_paired_offsets"] = as_i32(paired_offsets)
+            fields[f"{op}_paired_items"] = as_i32(paired_items)
+        fields[f"{op}_paired_columns"] = as_i32(order)
     return fields
 
 
@@ -185,7 +267,7 @@ def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
                    group_width(block_size))
 
 
-def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4) -> Tables:
+def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: str = "auto") -> Tables:
     """Tables of a convolution with ``taps`` filter taps over a (Cb, Kb) channel layout.
 
     Its im2col matrix has tap-major column blocks (block ``t * Cb + c`` is tap t, channel block
@@ -193,7 +275,9 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4) -> Tables:
     packed order is the conv's ``w.reshape(taps * nnz, bs, bs)``. The input gradient has one
     output block per *channel* block c, summing over taps: its segment c holds the items of
     rows ``t * Cb + c`` of the stacked layout for every t, each reading block ``t * Kb + k`` of
-    the gathered output gradient (also tap-major)."""
+    the gathered output gradient (also tap-major). ``pairing``: "auto" pairs the columns of
+    the paired groups at bs 32 (width 4), and at bs 16 (width 8) below density 3/16; "off"
+    nowhere, "all" at every width (the last two to compare)."""
     cb, kb = layout.shape
     stacked = build_tables(np.tile(layout, (taps, 1)), width)
     segments = [[] for _ in range(cb)]
@@ -207,22 +291,33 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4) -> Tables:
     dx_items = np.concatenate([part for parts in segments for part in parts] or [np.zeros((0, 2))])
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
     dx_items = as_i32(dx_items.reshape(-1, 2))
-    groups = _group_fields(stacked.fwd_offsets, stacked.fwd_items, dx_offsets, dx_items, width)
+    # Paired column groups (see paired_order) at bs 32, and at bs 16 below density 3/16. At bs 16
+    # they cost twice: the strip kernel's forward copies a row's blocks of a group with one bulk
+    # copy only where they are consecutive in w, as columns in order are, and its stores of a
+    # paired group's columns write 32-byte pieces of lines. Measured (benchmarks/NOTES.md,
+    # session 25): at bs 32 1.03-1.2x faster at every density; at bs 16 1.04-1.15x faster at
+    # density 1/8, from 4% faster to 3% slower at 1/4 and up to 8% slower at 1/2 (forward).
+    pair = pairing == "all" or (pairing == "auto" and (
+        width == group_width(32) or (width == group_width(16) and layout.mean() < 3 / 16)))
+    groups = _group_fields(stacked.fwd_offsets, stacked.fwd_items, dx_offsets, dx_items, width,
+                           fwd_order=paired_order(layout, width) if pair else None,
+                           dx_order=paired_order(layout.T, width) if pair else None)
     # (dx_chunks/dx_splits stay the stacked layout's: the conv kernels never read them)
-    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items,
-                              dx_group_offsets=groups["dx_group_offsets"],
-                              dx_group_items=groups["dx_group_items"])
+    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items, **groups)
     for table in tables:
         table.setflags(write=False)
     return tables
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_conv(layout_bytes: bytes, shape: tuple[int, int], taps: int, width: int) -> Tables:
-    return build_conv_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), taps, width)
+def _cached_conv(layout_bytes: bytes, shape: tuple[int, int], taps: int, width: int, pairing: str) -> Tables:
+    return build_conv_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), taps, width, pairing)
 
 
 def conv_tables_for(layout: np.ndarray, taps: int, block_size: int = 32) -> Tables:
-    """Cached convolution tables (see build_conv_tables)."""
+    """Cached convolution tables (see build_conv_tables). JBS_CONV_PAIRED=0 keeps the paired
+    column groups in order, JBS_CONV_PAIRED=all pairs them at bs 16 too (to compare; read when
+    an op is built)."""
     return _cached_conv(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, taps,
-                        group_width(block_size))
+                        group_width(block_size),
+                        {"0": "off", "all": "all"}.get(os.environ.get("JBS_CONV_PAIRED", ""), "auto"))
