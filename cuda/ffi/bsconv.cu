@@ -81,8 +81,7 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
                          const ffi::AnyBuffer& group_offsets, const ffi::AnyBuffer& group_items,
                          const ffi::AnyBuffer& paired_offsets, const ffi::AnyBuffer& paired_items,
                          const ffi::AnyBuffer& paired_columns, ffi::AnyBuffer out, int32_t block_size,
-                         int32_t precision,
-                         ffi::Span<const int32_t> geometry) {
+                         int32_t precision, ffi::Span<const int32_t> geometry) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
   const std::string out_name = transpose ? "result dx" : "result y";
   JBS_RETURN_IF_ERROR(check_supported_dtype(target, in_name, in));
@@ -160,7 +159,7 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
 
 ffi::Error BsconvFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                          ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer group_offsets,
-                        ffi::AnyBuffer group_items, ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
+                         ffi::AnyBuffer group_items, ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
                          ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> y, int32_t block_size,
                          int32_t precision, ffi::Span<const int32_t> geometry) {
   return bsconv_blocks("jbs_bsconv_fwd", false, stream, x, w, offsets, items, group_offsets,

@@ -116,9 +116,7 @@ def _groups(offsets: np.ndarray, items: np.ndarray, width: int,
     1 + width): [input block, block index of column p of the group or -1], grouped by group
     and sorted by input block."""
     num_segments = offsets.shape[0] - 1
-    if order is None:
-        order = np.arange(-(-num_segments // width) * width)
-        order[num_segments:] = -1
+    order = _in_order(num_segments, width) if order is None else order
     num_groups = order.shape[0] // width
     position = np.empty(num_segments, np.int64)
     position[order[order >= 0]] = np.flatnonzero(order >= 0)
@@ -133,6 +131,13 @@ def _groups(offsets: np.ndarray, items: np.ndarray, width: int,
     group_offsets = np.zeros(num_groups + 1, np.int64)
     np.cumsum(np.bincount(unique // stride, minlength=num_groups), out=group_offsets[1:])
     return group_offsets, table
+
+
+def _in_order(num_segments: int, width: int) -> np.ndarray:
+    """The segments in order, in groups of ``width``, the last one padded with -1."""
+    order = np.full(-(-num_segments // width) * width, -1, np.int64)
+    order[:num_segments] = np.arange(num_segments)
+    return order
 
 
 # Pairing compares every two sets of a level: beyond this many segments the tables keep them
@@ -156,11 +161,8 @@ def paired_order(inputs: np.ndarray, width: int) -> np.ndarray:
     density 1/4 with 18-23% fewer MMA chains and 22-28% fewer items than the order
     (benchmarks/NOTES.md, session 25). Deterministic: ties go to the lower segment numbers."""
     num_segments = inputs.shape[1]
-    num_groups = -(-num_segments // width)
     if width == 1 or num_segments > _MAX_PAIRED_SEGMENTS:
-        order = np.full(num_groups * width, -1, np.int64)
-        order[:num_segments] = np.arange(num_segments)
-        return order
+        return _in_order(num_segments, width)
     members = [np.array([c], np.int64) for c in range(num_segments)]
     held = [inputs[:, c].astype(bool) for c in range(num_segments)]
     size = 1
@@ -284,9 +286,7 @@ def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order
         fields[f"{op}_group_offsets"] = as_i32(group_offsets)
         fields[f"{op}_group_items"] = as_i32(group_items)
         if order is None:
-            num_segments = offsets.shape[0] - 1
-            order = np.arange(group_offsets.shape[0] * width - width)
-            order[num_segments:] = -1
+            order = _in_order(offsets.shape[0] - 1, width)
             fields[f"{op}_paired_offsets"] = fields[f"{op}_group_offsets"]
             fields[f"{op}_paired_items"] = fields[f"{op}_group_items"]
         else:
