@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from hypothesis import given, settings, strategies as st
 
 import jbs
-from jbs._src.tables import build_conv_tables, build_tables, paired_order
+from jbs._src.tables import build_conv_tables, build_tables, paired_order, pairs_columns
 from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error
 
 
@@ -125,8 +125,7 @@ def test_paired_column_groups_cover_each_segment_exactly(rng, width, shape, dens
     layout = awkward_layout(rng, *shape, density=density)
     taps = 6
     for t, pairs, item_taps in ((build_tables(layout, width), False, 1),
-                                (build_conv_tables(layout, taps, width),
-                                 width == 4 or (width == 8 and layout.mean() < 3 / 16), taps)):
+                                (build_conv_tables(layout, taps, width), pairs_columns(layout, width), taps)):
         for op in ("fwd", "dx"):
             offsets, items = getattr(t, f"{op}_offsets"), getattr(t, f"{op}_items")
             group_offsets, groups = getattr(t, f"{op}_paired_offsets"), getattr(t, f"{op}_paired_items")

@@ -308,6 +308,20 @@ def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
                    group_width(block_size))
 
 
+def pairs_columns(layout: np.ndarray, width: int, pairing: str = "auto") -> bool:
+    """Whether a conv's paired column groups are paired (paired_order) or in order. "auto":
+    at bs 32 (width 4), and at bs 16 (width 8) below density 3/16. At bs 16 pairing costs
+    twice: the strip kernel's forward copies a row's blocks of a group with one bulk copy only
+    where they are consecutive in w, as columns in order are, and its stores of a paired
+    group's columns write 32-byte pieces of lines. Measured (benchmarks/NOTES.md, session 25):
+    at bs 32 1.03-1.2x faster at every density; at bs 16 1.04-1.15x faster at density 1/8,
+    from 4% faster to 3% slower at 1/4 and up to 8% slower at 1/2 (forward). "off": never;
+    "all": at every width (the last two to compare)."""
+    if pairing != "auto":
+        return pairing == "all"
+    return width == group_width(32) or (width == group_width(16) and layout.mean() < 3 / 16)
+
+
 def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: str = "auto") -> Tables:
     """Tables of a convolution with ``taps`` filter taps over a (Cb, Kb) channel layout.
 
@@ -316,9 +330,7 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: st
     packed order is the conv's ``w.reshape(taps * nnz, bs, bs)``. The input gradient has one
     output block per *channel* block c, summing over taps: its segment c holds the items of
     rows ``t * Cb + c`` of the stacked layout for every t, each reading block ``t * Kb + k`` of
-    the gathered output gradient (also tap-major). ``pairing``: "auto" pairs the columns of
-    the paired groups at bs 32 (width 4), and at bs 16 (width 8) below density 3/16; "off"
-    nowhere, "all" at every width (the last two to compare)."""
+    the gathered output gradient (also tap-major). ``pairing``: see pairs_columns."""
     cb, kb = layout.shape
     stacked = build_tables(np.tile(layout, (taps, 1)), width)
     segments = [[] for _ in range(cb)]
@@ -332,14 +344,7 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: st
     dx_items = np.concatenate([part for parts in segments for part in parts] or [np.zeros((0, 2))])
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
     dx_items = as_i32(dx_items.reshape(-1, 2))
-    # Paired column groups (see paired_order) at bs 32, and at bs 16 below density 3/16. At bs 16
-    # they cost twice: the strip kernel's forward copies a row's blocks of a group with one bulk
-    # copy only where they are consecutive in w, as columns in order are, and its stores of a
-    # paired group's columns write 32-byte pieces of lines. Measured (benchmarks/NOTES.md,
-    # session 25): at bs 32 1.03-1.2x faster at every density; at bs 16 1.04-1.15x faster at
-    # density 1/8, from 4% faster to 3% slower at 1/4 and up to 8% slower at 1/2 (forward).
-    pair = pairing == "all" or (pairing == "auto" and (
-        width == group_width(32) or (width == group_width(16) and layout.mean() < 3 / 16)))
+    pair = pairs_columns(layout, width, pairing)
     groups = _group_fields(stacked.fwd_offsets, stacked.fwd_items, dx_offsets, dx_items, width,
                            fwd_order=paired_order(layout, width) if pair else None,
                            dx_order=paired_order(layout.T, width) if pair else None)
