@@ -47,7 +47,7 @@ def test_all_three_ops_against_float64(rng, bs, dtype, n):
         assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tol
 
 
-@pytest.mark.parametrize("bs", [8, 32, 64])
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [32, 50])
 def test_small_n_weight_gradient_with_long_rows(rng, bs, dtype, n):
@@ -62,6 +62,32 @@ def test_small_n_weight_gradient_with_long_rows(rng, bs, dtype, n):
     g = random_array(rng, (n, bsmm.shape[1]), dtype)
     dw = jax.jit(jax.vjp(bsmm, x, w)[1])(g)[1]
     assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tolerance(dtype)
+
+
+@pytest.mark.parametrize("bs", [16, 32])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 17, 32, 64])
+def test_small_n_weight_gradient_bulk_stores(rng, monkeypatch, bs, dtype, n):
+    """The small-N dw kernel's bulk-copy epilogue (on sm_90; the default at bs 32, forced at
+    bs 16 by JBS_DW_BULK=1; fp32 up to 32 rows): against float64 on a power-law layout with an
+    empty row and column, under vmap over stacked weights and activations (the kernel's weight
+    groups), and bit for bit equal to the fp32-staging epilogue (JBS_DW_BULK=0): both round
+    each fp32 sum to the nearest of the output type."""
+    layout = heavy_column_layout(rng, 37, 11, density=0.3)
+    for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
+        monkeypatch.setenv("JBS_DW_BULK", "1")
+        bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
+        x = random_array(rng, (2, n, bsmm.shape[0]), dtype)
+        w = random_array(rng, (2,) + bsmm.w_shape, dtype)
+        g = random_array(rng, (2, n, bsmm.shape[1]), dtype)
+        weight_grad = jax.jit(lambda x, w, g: jax.vjp(jax.vmap(bsmm), x, w)[1](g)[1])
+        dw = weight_grad(x, w, g)
+        for b in range(2):
+            ref = np.asarray(bsmm.from_dense(f64(x[b]).T @ f64(g[b])))
+            assert rel_error(dw[b], ref) < tolerance(dtype, precision)
+        monkeypatch.setenv("JBS_DW_BULK", "0")
+        bits = np.uint32 if dtype == jnp.float32 else np.uint16
+        np.testing.assert_array_equal(np.asarray(weight_grad(x, w, g)).view(bits), np.asarray(dw).view(bits))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -86,6 +86,42 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, int by
 #endif
 }
 
+// The other direction (sm_90): one thread moves `bytes` (a multiple of 16, both addresses
+// 16-byte aligned) from shared to global memory, in the thread's bulk async-group. The
+// thread then commits the group, and before it (or its warp, after a __syncwarp) writes the
+// source again it waits until at most N of its groups still read shared memory. Writes
+// from shared memory must be made visible to the copy by fence_proxy_async first.
+__device__ __forceinline__ void bulk_copy_s2g(void* dst, const void* src, int bytes) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_u32(src)),
+               "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void bulk_commit_group() {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Waits until all of this thread's bulk groups are complete (their writes done), e.g.
+// before the CTA's shared memory goes away.
+__device__ __forceinline__ void bulk_wait_all() {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 // Orders this thread's earlier generic-proxy accesses of shared memory (plain
 // or cp.async writes, ldmatrix reads) before its later async-proxy ones: a
 // wgmma reading the data, or a bulk copy overwriting a stage.

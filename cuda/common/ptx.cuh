@@ -76,6 +76,18 @@ __device__ __forceinline__ void stsm_x4_t(void* p, uint32_t r0, uint32_t r1, uin
 #endif
 }
 
+// Not transposed: register j's fragment goes to matrix j as it is (its rows at the row
+// addresses of lanes 8 j .. 8 j + 7), i.e. an mma.sync accumulator tile lands row-major.
+__device__ __forceinline__ void stsm_x4(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(smem_u32(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])

@@ -1283,9 +1283,9 @@ cudaError_t launch_panel_dw_variant(const BsmmDwArgs& a, const PanelDwParams& p,
   }
 }
 
-template <typename T, int BS, int TN, bool PRECISE, bool BIG>
+template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool BULK = false>
 cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
-  using Cfg = DwStreamConfig<T, BS, TN, BIG>;
+  using Cfg = DwStreamConfig<T, BS, TN, BIG, BULK>;
   DwStreamParams p;
   p.x = a.x;
   p.dy = a.dy;
@@ -1313,8 +1313,34 @@ cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   const int64_t per_cta = ipw * Cfg::kWarps;
   const dim3 grid(static_cast<unsigned>((a.nnz + per_cta - 1) / per_cta),
                   static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG>, grid, dim3(Cfg::kThreads),
+  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, BULK>, grid, dim3(Cfg::kThreads),
                        Cfg::kSmemBytes, stream, p);
+}
+
+// Whether the small-N dw kernel writes its blocks by bulk copies (DwStreamConfig's BULK):
+// bs 32 (fp32: N <= 32), on sm_90. Measured on an H100 (benchmarks/NOTES.md, session 26), seed
+// shape bf16, N = 32: bs 32 1.24-1.40x faster at densities 1 to 1/16 (1/2: 95.3 -> 70.6 us);
+// bs 16 5-8% slower (its 512-byte blocks: the per-block cost, not the epilogue's bytes,
+// bounds it), so bs 16 keeps the fp32 staging. JBS_DW_BULK=0 keeps it everywhere, =1 takes
+// the bulk copies at bs 16 too.
+template <typename T, int BS, int TN>
+constexpr bool kDwBulkSupported = (BS == 16 || BS == 32) && (kIs16Bit<T> || TN <= 32);
+
+template <typename T, int BS, int TN>
+bool use_dw_bulk() {
+  if (!kDwBulkSupported<T, BS, TN> || !device_is_sm90()) return false;
+  const int env = env_switch("JBS_DW_BULK");
+  return env == 1 || (env < 0 && BS == 32);
+}
+
+template <typename T, int BS, int TN, bool PRECISE>
+cudaError_t launch_dw_stream(const BsmmDwArgs& a, cudaStream_t stream) {
+  if constexpr (kDwBulkSupported<T, BS, TN>) {
+    if (use_dw_bulk<T, BS, TN>()) return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
+  }
+  return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2)
+             ? launch_dw_stream_variant<T, BS, TN, PRECISE, true>(a, stream)
+             : launch_dw_stream_variant<T, BS, TN, PRECISE, false>(a, stream);
 }
 
 template <typename T>
@@ -1332,14 +1358,11 @@ cudaError_t launch_bsmm_dw(const BsmmDwArgs& a, cudaStream_t stream) {
       if (a.rows >= 1 && a.rows <= kStreamMaxRowsHost) {
         switch (stream_row_tile_host(a.rows)) {
           case 16:
-            return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) ? launch_dw_stream_variant<T, BS, 16, PRECISE, true>(a, stream)
-                              : launch_dw_stream_variant<T, BS, 16, PRECISE, false>(a, stream);
+            return launch_dw_stream<T, BS, 16, PRECISE>(a, stream);
           case 32:
-            return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) ? launch_dw_stream_variant<T, BS, 32, PRECISE, true>(a, stream)
-                              : launch_dw_stream_variant<T, BS, 32, PRECISE, false>(a, stream);
+            return launch_dw_stream<T, BS, 32, PRECISE>(a, stream);
           default:
-            return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) ? launch_dw_stream_variant<T, BS, 64, PRECISE, true>(a, stream)
-                              : launch_dw_stream_variant<T, BS, 64, PRECISE, false>(a, stream);
+            return launch_dw_stream<T, BS, 64, PRECISE>(a, stream);
         }
       }
       return launch_dw_variant<T, BS, PRECISE>(a, stream);
