@@ -132,8 +132,12 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
 constexpr unsigned kStripLastOfUnit = 1u << 16;
 
 // TAPS_PER_WAIT (3 or 2) divides the taps: the register buffers of A fragments (see
-// run_batch).
-template <typename T, int BS, int R, int TAPS_PER_WAIT, bool TRANS>
+// run_batch). FIXED_TAPS (0: the taps of p.gather) makes the tap count a constant (6 and 9,
+// the 2x3 and 3x3 convs): the tap loop unrolls, and each tap's halo offset is then a
+// kernel-parameter constant that the wgmma descriptor adds in the uniform datapath, instead
+// of a shared-memory load, a move to a uniform register and an add per tap (the chain
+// Nsight found in ~25% of the consumers' stall samples; benchmarks/NOTES.md, sessions 25-26).
+template <typename T, int BS, int R, int TAPS_PER_WAIT, bool TRANS, int FIXED_TAPS = 0>
 __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     bsconv_strip_kernel(const __grid_constant__ ConvStripParams p) {
   using Cfg = ConvStripConfig<T, R, BS>;
@@ -149,7 +153,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   unsigned char* const smem_raw = dynamic_smem();
   T* const smem = reinterpret_cast<T*>(smem_raw);
   const RowGather& g = p.gather;
-  const int taps = g.taps_h * g.taps_w;
+  static_assert(FIXED_TAPS % TAPS_PER_WAIT == 0, "the tap batches");
+  const int taps = FIXED_TAPS > 0 ? FIXED_TAPS : g.taps_h * g.taps_w;
   const int width = g.rows_w, height = g.rows_h;
   const int band_slots = p.halo.band_slots;
   const bool split = kHalves == 1 && p.split != 0;
@@ -484,7 +489,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
 #pragma unroll
           for (int j = 0; j < NTAPS; ++j) {
             const int t = b * NTAPS + j;
-            const uint64_t b_tap = b_item + tap_slot[t];
+            const uint64_t b_tap = b_item + (FIXED_TAPS > 0 ? p.tap_slot[t] : tap_slot[t]);
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
@@ -501,7 +506,12 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         };
 #pragma unroll
         for (int j = 0; j < NTAPS; ++j) load_a(a[j], j);
-        for (int b = 0; b * NTAPS < taps; ++b) run_batch(b);
+        if constexpr (FIXED_TAPS > 0) {
+#pragma unroll
+          for (int b = 0; b < FIXED_TAPS / NTAPS; ++b) run_batch(b);
+        } else {
+          for (int b = 0; b * NTAPS < taps; ++b) run_batch(b);
+        }
         wgmma_wait<0>();
       };
       using KSteps1 = std::integral_constant<int, 1>;

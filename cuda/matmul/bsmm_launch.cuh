@@ -848,10 +848,18 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p
     const int64_t ctas = p.units < a.num_sms ? p.units : a.num_sms;
     const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
     const int taps = static_cast<int>(a.gather.taps());
+    // The 2x3 and 3x3 convs run with their tap count a constant (bsconv_strip_kernel's
+    // FIXED_TAPS); JBS_CONV_STRIP_FIXED_TAPS=0 runs them with the count read at run time.
+    const int fixed_taps = env_switch("JBS_CONV_STRIP_FIXED_TAPS") == 0 ? 0 : taps;
     auto launch = [&](auto r_c, auto tpw_c) {
       constexpr int R = decltype(r_c)::value;
+      constexpr int TPW = decltype(tpw_c)::value;
       using Cfg = ConvStripConfig<T, R, BS>;
-      const auto kernel = bsconv_strip_kernel<T, BS, R, decltype(tpw_c)::value, TRANS>;
+      auto kernel = bsconv_strip_kernel<T, BS, R, TPW, TRANS>;
+      if constexpr (TPW == 3) {
+        if (fixed_taps == 9) kernel = bsconv_strip_kernel<T, BS, R, TPW, TRANS, 9>;
+        if (fixed_taps == 6) kernel = bsconv_strip_kernel<T, BS, R, TPW, TRANS, 6>;
+      }
       // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
