@@ -64,30 +64,62 @@ def test_small_n_weight_gradient_with_long_rows(rng, bs, dtype, n):
     assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tolerance(dtype)
 
 
+def _stacked_weight_grad_bits(rng, bsmm, n, dtype, precision=None):
+    """dw of vmap(bsmm) over two stacked weights and activations, checked against float64; returns
+    a function that recomputes it (for a bitwise comparison under other settings) and the result,
+    both as raw bits. The recomputation compiles afresh: an executable already run may replay its
+    kernels from a CUDA graph without asking the dispatcher again."""
+    x = random_array(rng, (2, n, bsmm.shape[0]), dtype)
+    w = random_array(rng, (2,) + bsmm.w_shape, dtype)
+    g = random_array(rng, (2, n, bsmm.shape[1]), dtype)
+    bits = np.uint32 if dtype == jnp.float32 else np.uint16
+
+    def compute():
+        weight_grad = jax.jit(lambda x, w, g: jax.vjp(jax.vmap(bsmm), x, w)[1](g)[1])
+        return np.asarray(weight_grad(x, w, g))
+
+    dw = compute()
+    for b in range(2):
+        ref = np.asarray(bsmm.from_dense(f64(x[b]).T @ f64(g[b])))
+        assert rel_error(dw[b], ref) < tolerance(dtype, precision)
+    return lambda: compute().view(bits), dw.view(bits)
+
+
 @pytest.mark.parametrize("bs", [16, 32])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 17, 32, 64])
-def test_small_n_weight_gradient_bulk_stores(rng, monkeypatch, bs, dtype, n):
-    """The small-N dw kernel's bulk-copy epilogue (on sm_90; the default at bs 32, forced at
-    bs 16 by JBS_DW_BULK=1; fp32 up to 32 rows): against float64 on a power-law layout with an
-    empty row and column, under vmap over stacked weights and activations (the kernel's weight
-    groups), and bit for bit equal to the fp32-staging epilogue (JBS_DW_BULK=0): both round
-    each fp32 sum to the nearest of the output type."""
+def test_small_n_weight_gradient_staged_stores(rng, monkeypatch, bs, dtype, n):
+    """The small-N dw stream kernel's staged epilogue (on sm_90; the default at bs 32 and, for
+    16-bit types, bs 16; forced here by JBS_DW_STAGED=1; blocks leave by 16-byte lane stores for
+    16-bit types, by one bulk copy for fp32, up to 32 rows): against float64 on a power-law
+    layout with an empty row and column, under vmap over stacked weights and activations (the
+    kernel's weight groups), and bit for bit equal to the fp32-staging epilogue
+    (JBS_DW_STAGED=0): both round each fp32 sum to the nearest of the output type."""
+    monkeypatch.setenv("JBS_DW_PANEL", "0")  # the stream kernel, not the panel kernel
     layout = heavy_column_layout(rng, 37, 11, density=0.3)
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
-        monkeypatch.setenv("JBS_DW_BULK", "1")
+        monkeypatch.setenv("JBS_DW_STAGED", "1")
         bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
-        x = random_array(rng, (2, n, bsmm.shape[0]), dtype)
-        w = random_array(rng, (2,) + bsmm.w_shape, dtype)
-        g = random_array(rng, (2, n, bsmm.shape[1]), dtype)
-        weight_grad = jax.jit(lambda x, w, g: jax.vjp(jax.vmap(bsmm), x, w)[1](g)[1])
-        dw = weight_grad(x, w, g)
-        for b in range(2):
-            ref = np.asarray(bsmm.from_dense(f64(x[b]).T @ f64(g[b])))
-            assert rel_error(dw[b], ref) < tolerance(dtype, precision)
-        monkeypatch.setenv("JBS_DW_BULK", "0")
-        bits = np.uint32 if dtype == jnp.float32 else np.uint16
-        np.testing.assert_array_equal(np.asarray(weight_grad(x, w, g)).view(bits), np.asarray(dw).view(bits))
+        recompute, staged = _stacked_weight_grad_bits(rng, bsmm, n, dtype, precision)
+        monkeypatch.setenv("JBS_DW_STAGED", "0")
+        np.testing.assert_array_equal(recompute(), staged)
+
+
+@pytest.mark.parametrize("bs", [16, 32])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("n", [1, 17, 32])
+def test_small_n_weight_gradient_panels(rng, monkeypatch, bs, dtype, n):
+    """The small-N dw panel kernel (JBS_DW_PANEL=1): blocks walked by panels of 1024 output
+    channels, the last one partial (70 block columns), rows with one block and an empty row and
+    column, a power-law column; against float64 under vmap over stacked weights and activations,
+    and bit for bit equal to the stream kernel (JBS_DW_PANEL=0)."""
+    monkeypatch.setenv("JBS_DW_PANEL", "1")
+    layout = heavy_column_layout(rng, 23, 70, density=0.3)
+    layout[5, :] = False
+    layout[5, 44] = True
+    recompute, panels = _stacked_weight_grad_bits(rng, jbs.BlockSparseMatMul(layout, bs), n, dtype)
+    monkeypatch.setenv("JBS_DW_PANEL", "0")
+    np.testing.assert_array_equal(recompute(), panels)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

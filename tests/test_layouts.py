@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from hypothesis import given, settings, strategies as st
 
 import jbs
-from jbs._src.tables import build_conv_tables, build_tables, paired_order, pairs_columns
+from jbs._src.tables import build_conv_tables, build_tables, dw_panel_columns, paired_order, pairs_columns
 from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error
 
 
@@ -92,6 +92,28 @@ def test_dw_row_groups_hold_blocks_of_one_row(rng, density, width):
     for tap in range(6):
         shifted = np.where(groups >= 0, groups + tap * rows.size, -1)
         np.testing.assert_array_equal(conv[tap * len(groups):(tap + 1) * len(groups)], shifted)
+
+
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
+@pytest.mark.parametrize("shape,density", [((40, 300), 0.3), ((7, 5), 0.5), ((3, 70), 0.0)])
+def test_dw_panels_visit_each_block_once_by_panel_row_column(rng, bs, shape, density):
+    """The dw panel kernel's order: every block once, sorted by (panel of output block
+    columns, block row, column), each item naming its block's row and column, and the panel
+    offsets bounding each panel's items (a power-law column, an empty row and column)."""
+    layout = heavy_column_layout(rng, *shape, density=density)
+    tables = build_tables(layout, max(1, 128 // bs))
+    items, offsets = np.asarray(tables.dw_panel_items), np.asarray(tables.dw_panel_offsets)
+    rows, cols = np.nonzero(layout)
+    assert items.shape == (rows.size, 4) and items.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(items[:, 0]), np.arange(rows.size))
+    np.testing.assert_array_equal(items[:, 1], rows[items[:, 0]])
+    np.testing.assert_array_equal(items[:, 2], cols[items[:, 0]])
+    panel = items[:, 2] // dw_panel_columns(bs)
+    keys = list(zip(panel, items[:, 1], items[:, 2]))
+    assert keys == sorted(keys)
+    assert offsets[0] == 0 and offsets[-1] == rows.size
+    for p in range(offsets.size - 1):
+        assert np.all(panel[offsets[p]:offsets[p + 1]] == p)
 
 
 @pytest.mark.parametrize("width", [1, 2, 4, 8])

@@ -181,7 +181,8 @@ ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
 }
 
 ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
-                      ffi::AnyBuffer items, ffi::Result<ffi::AnyBuffer> dw_result,
+                      ffi::AnyBuffer items, ffi::AnyBuffer panel_items, ffi::AnyBuffer panel_offsets,
+                      ffi::Result<ffi::AnyBuffer> dw_result,
                       ffi::Result<ffi::AnyBuffer> scratch_result, int32_t block_size, int32_t precision,
                       int32_t row_splits) {
   const char* target = "jbs_bsmm_dw";
@@ -193,6 +194,8 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
   JBS_RETURN_IF_ERROR(check_data(target, "operand x", x, dt, 3, "(G or 1, N, C)"));
   JBS_RETURN_IF_ERROR(check_data(target, "operand dy", dy, dt, 3, "(G or 1, N, K)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(nnz, 2)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand panel_items", panel_items, 2, "(nnz, 4)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand panel_offsets", panel_offsets, 1, "(panels + 1,)"));
   JBS_RETURN_IF_ERROR(check_data(target, "result dw", dw, dt, 4, "(G, nnz, bs, bs)"));
 
   const int64_t bs = block_size;
@@ -226,6 +229,17 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
                                ", expected (nnz, 2) = (" + to_string(nnz) +
                                ", 2) with nnz from dw " + shape_str(wd));
   }
+  if (panel_items.dimensions()[0] != nnz || panel_items.dimensions()[1] != 4) {
+    return invalid(target, "operand panel_items has shape " + shape_str(panel_items.dimensions()) +
+                               ", expected (nnz, 4) = (" + to_string(nnz) + ", 4) with nnz from dw " + shape_str(wd));
+  }
+  const int64_t panel_cols = kDwPanelChannels >= bs ? kDwPanelChannels / bs : 1;
+  const int64_t panels = (yd[2] / bs + panel_cols - 1) / panel_cols;
+  if (nnz > 0 && (panel_offsets.dimensions()[0] < 2 || panel_offsets.dimensions()[0] > panels + 1)) {
+    return invalid(target, "operand panel_offsets has shape " + shape_str(panel_offsets.dimensions()) +
+                               ", expected (panels + 1,) with 1 <= panels <= " + to_string(panels) + " for K = " +
+                               to_string(yd[2]) + " and block_size " + to_string(bs));
+  }
   if (groups > kMaxGroups) {
     return invalid(target, "result dw has " + to_string(groups) + " groups, at most " +
                                to_string(kMaxGroups) + " are supported");
@@ -254,6 +268,10 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
   a.num_sms = num_sms();
   a.row_splits = row_splits;
   a.partials = row_splits > 1 ? static_cast<float*>(scratch.untyped_data()) : nullptr;
+  a.panel_items = static_cast<const int32_t*>(panel_items.untyped_data());
+  a.panel_offsets = static_cast<const int32_t*>(panel_offsets.untyped_data());
+  a.num_panels = static_cast<int>(panel_offsets.dimensions()[0] - 1);
+  a.panel_cols = static_cast<int>(panel_cols);
 
   const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -306,6 +324,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDw, jbs::BsmmDwImpl,
                                   .Arg<ffi::AnyBuffer>()  // x (G|1, N, C)
                                   .Arg<ffi::AnyBuffer>()  // dy (G|1, N, K)
                                   .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
+                                  .Arg<ffi::AnyBuffer>()  // panel_items int32 (nnz, 4)
+                                  .Arg<ffi::AnyBuffer>()  // panel_offsets int32 (panels + 1,)
                                   .Ret<ffi::AnyBuffer>()  // dw (G, nnz, bs, bs)
                                   .Ret<ffi::AnyBuffer>()  // scratch float32 (row splits' partials)
                                   .Attr<int32_t>("block_size")

@@ -102,7 +102,16 @@ struct BsmmDwArgs {
   const int32_t* row_groups = nullptr;
   int64_t num_row_groups = 0;
   int64_t row_group_size = 0;
+  // The blocks in panel order (jbs/_src/tables.py: _dw_panels) for the small-N dw panel kernel
+  // (matmul/bsmm_dw_panel_kernel.cuh): (nnz, 4) items and (num_panels + 1) offsets.
+  const int32_t* panel_items = nullptr;
+  const int32_t* panel_offsets = nullptr;
+  int num_panels = 0;
+  int panel_cols = 0;
 };
+
+// Output channels per panel of the dw panel kernel (jbs/_src/tables.py: DW_PANEL_CHANNELS).
+inline constexpr int64_t kDwPanelChannels = 1024;
 
 // T is float, __nv_bfloat16 or __half; explicit instantiations live in
 // bsmm_<dtype>.cu. Both enqueue on `stream` only (no sync, no allocation) and

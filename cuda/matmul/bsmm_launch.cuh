@@ -18,6 +18,7 @@
 #include "matmul/bsmm.h"
 #include "matmul/bsmm_blocks_kernel.cuh"
 #include "matmul/bsmm_dw_kernel.cuh"
+#include "matmul/bsmm_dw_panel_kernel.cuh"
 #include "matmul/bsmm_group_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
@@ -73,6 +74,21 @@ void fill_stream_operands(StreamOperands& p, const BsmmBlocksArgs& a) {
   p.in_group_stride = a.in_group_stride;
   p.w_group_stride = a.w_group_stride;
   p.out_group_stride = a.out_group_stride;
+}
+
+// The operands the small-N dw kernels share (matmul/dw_operands.cuh); each takes its own
+// block table.
+inline void fill_dw_operands(DwOperands& p, const BsmmDwArgs& a) {
+  p.x = a.x;
+  p.dy = a.dy;
+  p.dw = a.dw;
+  p.rows = a.rows;
+  p.x_cols = a.x_cols;
+  p.dy_cols = a.dy_cols;
+  p.nnz = a.nnz;
+  p.x_group_stride = a.x_group_stride;
+  p.dy_group_stride = a.dy_group_stride;
+  p.dw_group_stride = a.dw_group_stride;
 }
 
 template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool GATHER = false>
@@ -1291,21 +1307,12 @@ cudaError_t launch_panel_dw_variant(const BsmmDwArgs& a, const PanelDwParams& p,
   }
 }
 
-template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool BULK = false>
+template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false>
 cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
-  using Cfg = DwStreamConfig<T, BS, TN, BIG, BULK>;
+  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED>;
   DwStreamParams p;
-  p.x = a.x;
-  p.dy = a.dy;
+  fill_dw_operands(p, a);
   p.items = a.items;
-  p.dw = a.dw;
-  p.rows = a.rows;
-  p.x_cols = a.x_cols;
-  p.dy_cols = a.dy_cols;
-  p.nnz = a.nnz;
-  p.x_group_stride = a.x_group_stride;
-  p.dy_group_stride = a.dy_group_stride;
-  p.dw_group_stride = a.dw_group_stride;
   // Each warp takes a run of 1..32 consecutive blocks, sized so that the grid
   // is a whole number of waves of resident CTAs (groups included): with a cap
   // of 32 per warp and no rounding, the 1/2 and 1/4 seed cases ran 2.2 and 2.9
@@ -1321,30 +1328,78 @@ cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   const int64_t per_cta = ipw * Cfg::kWarps;
   const dim3 grid(static_cast<unsigned>((a.nnz + per_cta - 1) / per_cta),
                   static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, BULK>, grid, dim3(Cfg::kThreads),
+  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, STAGED>, grid, dim3(Cfg::kThreads),
                        Cfg::kSmemBytes, stream, p);
 }
 
-// Whether the small-N dw kernel writes its blocks by bulk copies (DwStreamConfig's BULK):
-// bs 32 (fp32: N <= 32), on sm_90. Measured on an H100 (benchmarks/NOTES.md, session 26), seed
-// shape bf16, N = 32: bs 32 1.24-1.40x faster at densities 1 to 1/16 (1/2: 95.3 -> 70.6 us);
-// bs 16 5-8% slower (its 512-byte blocks: the per-block cost, not the epilogue's bytes,
-// bounds it), so bs 16 keeps the fp32 staging. JBS_DW_BULK=0 keeps it everywhere, =1 takes
-// the bulk copies at bs 16 too.
+// Whether the small-N dw kernel writes its blocks through staging blocks in the output type
+// (DwStreamConfig's STAGED, staged_block_store.cuh), on sm_90: bs 32 (fp32: N <= 32) and 16-bit
+// types at bs 16. Measured on an H100 (benchmarks/NOTES.md, sessions 26 and 27), seed shape
+// bf16, N = 32: with bulk copies, bs 32 1.24-1.40x faster than the fp32 staging at densities 1
+// to 1/16 (1/2: 95.3 -> 70.6 us), the 16-bit lane stores of session 27 another 1.03-1.06x; at
+// bs 16 bulk copies were 5-8% slower than the fp32 staging, lane stores 1.15x faster at 1/32
+// and 1.2-1.6x at 1/64 (the panel kernel takes bs 16 from 1/16 up). fp32 at bs 16 keeps the
+// fp32 staging (not measured). JBS_DW_STAGED=0 keeps the fp32 staging everywhere, =1 takes the
+// staged epilogue wherever it is built.
 template <typename T, int BS, int TN>
-constexpr bool kDwBulkSupported = (BS == 16 || BS == 32) && (kIs16Bit<T> || TN <= 32);
+constexpr bool kDwStagedSupported = (BS == 16 || BS == 32) && (kIs16Bit<T> || TN <= 32);
 
 template <typename T, int BS, int TN>
-bool use_dw_bulk() {
-  if (!kDwBulkSupported<T, BS, TN> || !device_is_sm90()) return false;
-  const int env = env_switch("JBS_DW_BULK");
-  return env == 1 || (env < 0 && BS == 32);
+bool use_dw_staged() {
+  if (!kDwStagedSupported<T, BS, TN> || !device_is_sm90()) return false;
+  const int env = env_switch("JBS_DW_STAGED");
+  return env == 1 || (env < 0 && (BS == 32 || kIs16Bit<T>));
+}
+
+// Whether the small-N dw panel kernel (matmul/bsmm_dw_panel_kernel.cuh) runs: 16-bit types,
+// bs 16 and 32, N <= 32, sm_90, and the panel tables present. It pays where a block row's run
+// of blocks inside one panel is long enough to amortise the run's x tile and the CTA's panel
+// load (session 27, seed shape N = 32, A-B against the stream kernel): at bs 16, whose stream
+// kernel is bound by its per-block cost, from 4 blocks per run on (1.04x at 4, 1.15x at 8,
+// 1.24-1.38x at 16 to 64; 18-24% slower at 1-2); at bs 32, whose stream kernel has the bulk
+// epilogue and is L2-bound, only near full panels (1.12x at 32 blocks, within noise at 16,
+// 5-25% slower at 2-8). benchmarks/NOTES.md, session 27.
+// Default for the measured 32-row tile; JBS_DW_PANEL=0 turns it off, =1 forces it.
+template <typename T, int BS, int TN>
+constexpr bool kDwPanelSupported = kIs16Bit<T> && (BS == 16 || BS == 32) && TN <= 32;
+
+template <typename T, int BS, int TN>
+bool use_dw_panel(const BsmmDwArgs& a) {
+  if (!kDwPanelSupported<T, BS, TN> || a.panel_items == nullptr || a.num_panels < 1 || !device_is_sm90()) {
+    return false;
+  }
+  const int env = env_switch("JBS_DW_PANEL");
+  if (env >= 0) return env == 1;
+  const int64_t runs = static_cast<int64_t>(a.num_panels) * (a.x_cols / BS);  // (panel, block row) pairs
+  const int64_t min_blocks_per_run = BS == 16 ? 4 : 24;
+  return TN == 32 && a.nnz >= min_blocks_per_run * runs;
+}
+
+template <typename T, int BS, int TN>
+cudaError_t launch_dw_panel_variant(const BsmmDwArgs& a, cudaStream_t stream) {
+  if constexpr (kDwPanelSupported<T, BS, TN>) {
+    using Cfg = DwPanelConfig<T, BS, TN>;
+    static_assert(Cfg::kPanelChannels == kDwPanelChannels, "the panel width of the tables");
+    DwPanelParams p;
+    fill_dw_operands(p, a);
+    p.items = reinterpret_cast<const int4*>(a.panel_items);
+    p.panel_offsets = a.panel_offsets;
+    p.num_panels = a.num_panels;
+    p.panel_cols = a.panel_cols;
+    // One CTA per SM (its panel fills a third of the shared memory), at most one per block.
+    const int64_t ctas = a.nnz < a.num_sms ? a.nnz : a.num_sms;
+    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(a.groups));
+    return launch_kernel(bsmm_dw_panel_kernel<T, BS, TN>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_dw_panel() is false for these
+  }
 }
 
 template <typename T, int BS, int TN, bool PRECISE>
 cudaError_t launch_dw_stream(const BsmmDwArgs& a, cudaStream_t stream) {
-  if constexpr (kDwBulkSupported<T, BS, TN>) {
-    if (use_dw_bulk<T, BS, TN>()) return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
+  if (use_dw_panel<T, BS, TN>(a)) return launch_dw_panel_variant<T, BS, TN>(a, stream);
+  if constexpr (kDwStagedSupported<T, BS, TN>) {
+    if (use_dw_staged<T, BS, TN>()) return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
   }
   return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2)
              ? launch_dw_stream_variant<T, BS, TN, PRECISE, true>(a, stream)

@@ -25,10 +25,11 @@
 #include <cstdint>
 
 #include "common/dtype.cuh"
-#include "common/mbarrier.cuh"  // bulk_copy_s2g
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
+#include "matmul/dw_operands.cuh"
+#include "matmul/staged_block_store.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
 
@@ -307,34 +308,25 @@ inline cudaError_t launch_zero_counters(int* counters, int64_t count, cudaStream
 
 // ----------------------------------------------------------------------------- dw
 
-struct DwStreamParams {
-  const void* x;
-  const void* dy;
+struct DwStreamParams : DwOperands {
   const int32_t* items;  // (nnz, 2): c-block, k-block
-  void* dw;
-  int64_t rows;  // 1..TN
-  int64_t x_cols;
-  int64_t dy_cols;
-  int64_t nnz;
-  int64_t x_group_stride;
-  int64_t dy_group_stride;
-  int64_t dw_group_stride;
   int items_per_warp;
 };
 
-// BULK (bs 16 and 32, sm_90): each result block leaves as one bulk copy (TMA) from a
-// staging block in its final type and layout, which stmatrix (16-bit types) or float2
-// stores (fp32) fill straight from the accumulators, instead of through an fp32 staging
+// STAGED (bs 16 and 32, sm_90): each result block leaves whole (staged_block_store.cuh: 16-byte
+// lane stores for 16-bit types, one bulk copy for fp32) from a staging block in its final
+// type and layout, which stmatrix (16-bit types) or float2 stores (fp32) fill straight from
+// the accumulators, instead of through an fp32 staging
 // tile that the warp reads back, converts and stores in 16-byte pieces. That epilogue made
 // the warp the bottleneck: ~210 instructions per 2 KB block at ~5.4 cycles each, one warp
 // per scheduler (4 per CTA, since the fp32 staging and 5 stages did not fit 8), and L1 75%
 // busy with the staging's 8 KB per block; the kernel wrote HBM at ~1.7 TB/s
-// (benchmarks/NOTES.md, sessions 3 and 26). With BULK the CTA always has 8 warps (two per
+// (benchmarks/NOTES.md, sessions 3 and 26). With STAGED the CTA always has 8 warps (two per
 // scheduler) and as many stages as fit 224 KiB (fp32: 2, so N <= 32 only).
-template <typename T, int BS, int TN, bool BIG, bool BULK = false>
+template <typename T, int BS, int TN, bool BIG, bool STAGED = false>
 struct DwStreamConfig {
   static constexpr bool k16 = kIs16Bit<T>;
-  static_assert(!BULK || BS == 16 || BS == 32, "bulk dw epilogue: bs 16 or 32");
+  static_assert(!STAGED || BS == 16 || BS == 32, "staged dw epilogue: bs 16 or 32");
   static constexpr bool kMHalf = BS == 8;
   static constexpr int kMT = kMHalf ? 1 : BS / 16;
   static constexpr int kNT = BS / 8;
@@ -347,26 +339,26 @@ struct DwStreamConfig {
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   static constexpr int kLdC = BS + 4;
   static constexpr int kBulkSmemBytes = 224 * 1024;
-  // BULK: kOutSlots result blocks in flight per warp (their bulk copies read them later).
+  // STAGED: kOutSlots staging blocks per warp (a bulk copy reads its block after the warp moves on).
   static constexpr int kOutSlots = 2;
   static constexpr int kOutBytes =
-      BULK ? kOutSlots * BS * BS * static_cast<int>(sizeof(T)) : BS * kLdC * 4;  // fp32 staging of one block
+      STAGED ? kOutSlots * BS * BS * static_cast<int>(sizeof(T)) : BS * kLdC * 4;  // fp32 staging of one block
   static constexpr int kStages =
-      BULK ? cclamp((kBulkSmemBytes / 8 - kOutBytes) / kStageBytes, 2, 8) : stream_stages(kStageBytes, BIG);
+      STAGED ? cclamp((kBulkSmemBytes / 8 - kOutBytes) / kStageBytes, 2, 8) : stream_stages(kStageBytes, BIG);
   static constexpr int kWarpBytes = kStages * kStageBytes + kOutBytes;
-  static constexpr int kWarps = BULK ? 8 : stream_warps(kWarpBytes, BIG);
+  static constexpr int kWarps = STAGED ? 8 : stream_warps(kWarpBytes, BIG);
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kSmemBytes = kWarps * kWarpBytes;
   static_assert(TN % kKStep == 0, "k steps");
   static_assert(kStageBytes % 16 == 0 && kWarpBytes % 16 == 0, "16B alignment");
   static_assert(kStages <= 8 && kWarps <= 8, "s_x_region size");
-  static_assert(kSmemBytes <= (BULK ? kBulkSmemBytes : 200 * 1024), "shared memory");
+  static_assert(kSmemBytes <= (STAGED ? kBulkSmemBytes : 200 * 1024), "shared memory");
 };
 
-template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool BULK = false>
-__global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, BULK>::kThreads)
+template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false>
+__global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED>::kThreads)
     bsmm_dw_stream_kernel(const DwStreamParams p) {
-  using Cfg = DwStreamConfig<T, BS, TN, BIG, BULK>;
+  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
   unsigned char* const smem_raw = dynamic_smem();
@@ -452,49 +444,8 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, BULK>::kThreads
                     Cfg::kMHalf, PRECISE>(acc, xs, Cfg::kLd, 0, ds, Cfg::kLd, 0, k0, lane);
     }
     T* const out = dw + (first + t) * (BS * BS);
-    if constexpr (BULK) {
-      // The block, row-major, into staging slot t % kOutSlots once the bulk copy that read
-      // it kOutSlots blocks ago is done with it; then one bulk copy of it (2 KB at bs 32).
-      T* const slot = reinterpret_cast<T*>(cs) + (t % Cfg::kOutSlots) * (BS * BS);
-      if (t >= Cfg::kOutSlots) {
-        if (lane == 0) bulk_wait_group_read<Cfg::kOutSlots - 1>();
-        __syncwarp();
-      }
-      if constexpr (kIs16Bit<T>) {
-        // stmatrix x4 of m-tile mt, n-tiles nt, nt + 1: matrix j = rows 8 (j & 1).. of the
-        // m-tile, n-tile nt + (j >> 1): the accumulator fragments as they are.
-        const int j = lane >> 3;
-#pragma unroll
-        for (int mt = 0; mt < Cfg::kMT; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < Cfg::kNT; nt += 2) {
-            stsm_x4(slot + (mt * 16 + (j & 1) * 8 + (lane & 7)) * BS + (nt + (j >> 1)) * 8,
-                    pack_pair<T>(acc[mt][nt][0], acc[mt][nt][1]), pack_pair<T>(acc[mt][nt][2], acc[mt][nt][3]),
-                    pack_pair<T>(acc[mt][nt + 1][0], acc[mt][nt + 1][1]),
-                    pack_pair<T>(acc[mt][nt + 1][2], acc[mt][nt + 1][3]));
-          }
-        }
-      } else {
-        // fp32: the fragments' pairs as float2 (rows of 128 bytes: the 8 rows of a store
-        // share their banks, 8-way; the bulk copy cannot take padded rows).
-        const int r = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-        for (int mt = 0; mt < Cfg::kMT; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < Cfg::kNT; ++nt) {
-            *reinterpret_cast<float2*>(slot + (mt * 16 + r) * BS + nt * 8 + c) =
-                make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-            *reinterpret_cast<float2*>(slot + (mt * 16 + r + 8) * BS + nt * 8 + c) =
-                make_float2(acc[mt][nt][2], acc[mt][nt][3]);
-          }
-        }
-      }
-      fence_proxy_async();  // the stmatrix writes before the bulk copy's reads
-      __syncwarp();
-      if (lane == 0) {
-        bulk_copy_s2g(out, slot, BS * BS * static_cast<int>(sizeof(T)));
-        bulk_commit_group();
-      }
+    if constexpr (STAGED) {
+      store_staged_block<T, BS, Cfg::kMT, Cfg::kNT, Cfg::kOutSlots>(acc, reinterpret_cast<T*>(cs), t, out, lane);
     } else {
       stage_acc<Cfg::kMT, Cfg::kNT, BS>(cs, Cfg::kLdC, 0, 0, acc, lane);
       __syncwarp();
@@ -519,8 +470,8 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, BULK>::kThreads
     write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
   }
   cp_async_wait<0>();
-  if constexpr (BULK) {
-    if (lane == 0) bulk_wait_all();  // the staging is read, and the blocks written, before exit
+  if constexpr (STAGED) {
+    if (lane == 0) bulk_wait_all();  // bulk copies (StagedWrite::kBulkCopy) done before the staging goes
   }
 }
 

@@ -23,7 +23,7 @@ _OPS = {
     bsmm_dx_p: (reference.input_grad, "jbs_bsmm_dx",
                 ("dx_offsets", "dx_items", "dx_chunks", "dx_splits", "dx_group_offsets",
                  "dx_group_items")),
-    bsmm_dw_p: (reference.weight_grad, "jbs_bsmm_dw", ("dw_items",)),
+    bsmm_dw_p: (reference.weight_grad, "jbs_bsmm_dw", ("dw_items", "dw_panel_items", "dw_panel_offsets")),
 }
 _TABLE_FIELDS = Tables._fields
 # The reference functions take the first five tables (the ones that define the op).
@@ -418,7 +418,8 @@ def _cuda_rule(target, used_tables):
             # and input and output rows differ in size, which the Shardy rule of sharding.py
             # (one row factor) cannot state. XLA gathers their batch instead (correct, not
             # scalable; see benchmarks/NOTES.md).
-            kept = conv_keep if not is_dw else keep + [2 + _TABLE_FIELDS.index("dw_row_groups")]
+            kept = conv_keep if not is_dw else [0, 1] + [2 + _TABLE_FIELDS.index(name)
+                                                         for name in ("dw_items", "dw_row_groups")]
             call = functools.partial(_conv_ffi_call, target.replace("bsmm", "bsconv"), block_size,
                                      precision, conv)
         else:

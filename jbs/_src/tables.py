@@ -41,6 +41,10 @@ class Tables(NamedTuple):
     dx_group_items: np.ndarray
     # Row groups of the conv weight-gradient kernel (the reference path ignores them), see _row_groups:
     dw_row_groups: np.ndarray  # (groups, width / 2) consecutive blocks of one block row, -1 past its end
+    # The blocks by panels of output block columns, for the small-N dw panel kernel (the
+    # reference path ignores them), see _dw_panels:
+    dw_panel_items: np.ndarray    # (nnz, 4) [block index, block row, block column, 0]
+    dw_panel_offsets: np.ndarray  # (panels + 1,) panel p's items are [offsets[p], offsets[p + 1])
     # Column groups as above, but of columns chosen to share input blocks (paired_order), and
     # which output block column each group's column p is: (num_groups * width,), -1 = none.
     # Only the conv strip kernel reads them; a matmul's are the groups above, in order.
@@ -250,10 +254,38 @@ def build_tables(layout: np.ndarray, width: int = 4) -> Tables:
         **_group_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
                         dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1), width),
         dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
+        **dict(zip(("dw_panel_items", "dw_panel_offsets"),
+                   map(as_i32, _dw_panels(rows, cols, dw_panel_columns(128 // width))))),
     )
     for table in tables:
         table.setflags(write=False)
     return tables
+
+
+# Output channels per panel of the small-N dw panel kernel: its shared memory holds dy's rows
+# for one panel (32 rows x 1024 channels x 2 bytes = 64 KiB at bf16).
+DW_PANEL_CHANNELS = 1024
+
+
+def dw_panel_columns(block_size: int) -> int:
+    """Output block columns per panel of the small-N dw panel kernel."""
+    return max(1, DW_PANEL_CHANNELS // block_size)
+
+
+def _dw_panels(rows: np.ndarray, cols: np.ndarray, panel_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks (row-major numbering) in panel order: by panel of ``panel_cols`` output block
+    columns, then block row, then column. A CTA of the dw panel kernel keeps one panel's dy tiles
+    in shared memory and walks its blocks row by row, so each x tile is loaded once per run of
+    a row's blocks in the panel and each dy tile once per CTA (instead of once per block)."""
+    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    panels = cols // panel_cols
+    order = np.lexsort((cols, rows, panels))
+    items = np.zeros((rows.size, 4), np.int64)
+    items[:, 0], items[:, 1], items[:, 2] = order, rows[order], cols[order]
+    num_panels = int(panels.max()) + 1 if rows.size else 0
+    offsets = np.zeros(num_panels + 1, np.int64)
+    np.cumsum(np.bincount(panels, minlength=num_panels), out=offsets[1:])
+    return items, offsets
 
 
 def _row_groups(rows: np.ndarray, size: int) -> np.ndarray:
