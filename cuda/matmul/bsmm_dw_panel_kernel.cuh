@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(DwPanelConfig<T, BS, TN>::kThreads, 1)
     }
     cp_async_wait<0>();  // a prefetch past the warp's share lands before the buffers are reused
   }
-  if (lane == 0) bulk_wait_all();  // bulk copies (StagedWrite::kBulkCopy) done before the staging goes
+  finish_staged_blocks<T>(lane);
 }
 
 }  // namespace jbs

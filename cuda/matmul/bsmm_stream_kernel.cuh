@@ -338,13 +338,13 @@ struct DwStreamConfig {
   static constexpr int kStageElems = 2 * kTileElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   static constexpr int kLdC = BS + 4;
-  static constexpr int kBulkSmemBytes = 224 * 1024;
+  static constexpr int kStagedSmemBytes = 224 * 1024;
   // STAGED: kOutSlots staging blocks per warp (a bulk copy reads its block after the warp moves on).
   static constexpr int kOutSlots = 2;
   static constexpr int kOutBytes =
       STAGED ? kOutSlots * BS * BS * static_cast<int>(sizeof(T)) : BS * kLdC * 4;  // fp32 staging of one block
   static constexpr int kStages =
-      STAGED ? cclamp((kBulkSmemBytes / 8 - kOutBytes) / kStageBytes, 2, 8) : stream_stages(kStageBytes, BIG);
+      STAGED ? cclamp((kStagedSmemBytes / 8 - kOutBytes) / kStageBytes, 2, 8) : stream_stages(kStageBytes, BIG);
   static constexpr int kWarpBytes = kStages * kStageBytes + kOutBytes;
   static constexpr int kWarps = STAGED ? 8 : stream_warps(kWarpBytes, BIG);
   static constexpr int kThreads = 32 * kWarps;
@@ -352,7 +352,7 @@ struct DwStreamConfig {
   static_assert(TN % kKStep == 0, "k steps");
   static_assert(kStageBytes % 16 == 0 && kWarpBytes % 16 == 0, "16B alignment");
   static_assert(kStages <= 8 && kWarps <= 8, "s_x_region size");
-  static_assert(kSmemBytes <= (STAGED ? kBulkSmemBytes : 200 * 1024), "shared memory");
+  static_assert(kSmemBytes <= (STAGED ? kStagedSmemBytes : 200 * 1024), "shared memory");
 };
 
 template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false>
@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED>::kThrea
   }
   cp_async_wait<0>();
   if constexpr (STAGED) {
-    if (lane == 0) bulk_wait_all();  // bulk copies (StagedWrite::kBulkCopy) done before the staging goes
+    finish_staged_blocks<T>(lane);
   }
 }
 

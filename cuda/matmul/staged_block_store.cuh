@@ -6,7 +6,7 @@
 //    instruction a contiguous 512 bytes. The default for 16-bit types.
 //  * kBulkCopy: lane 0 copies it with one cp.async.bulk. A slot is written again only once
 //    the copy that read it is done (cp.async.bulk.wait_group.read), and the caller waits for
-//    all copies (bulk_wait_all) before its shared memory goes away. The default for fp32.
+//    all copies (finish_staged_blocks) before its shared memory goes away. The default for fp32.
 // A warp rotates through SLOTS staging blocks. Measured on an H100 (benchmarks/NOTES.md,
 // session 27; seed shape N = 32, bf16): the lane stores are 1.26-1.45x faster than the bulk
 // copies for 512-byte blocks (bs 16) and 1.03-1.06x for 2 KB blocks (bs 32); for fp32 (4 KB
@@ -81,6 +81,15 @@ __device__ __forceinline__ void store_staged_block(const float (&acc)[MT][NT][4]
   if (lane == 0) {
     bulk_copy_s2g(out, slot, BS * BS * static_cast<int>(sizeof(T)));
     bulk_commit_group();
+  }
+}
+
+// Before the warp exits (its staging goes away with the CTA's shared memory): every bulk copy
+// has read its block. Lane stores are done when issued.
+template <typename T, StagedWrite WRITE = kStagedWrite<T>>
+__device__ __forceinline__ void finish_staged_blocks(int lane) {
+  if constexpr (WRITE == StagedWrite::kBulkCopy) {
+    if (lane == 0) bulk_wait_all();
   }
 }
 
