@@ -19,7 +19,7 @@
 // a few blocks). bsmm_launch.cuh: use_dw_panel holds the rule.
 //
 // Walk: CTA b takes items [b nnz / G, (b + 1) nnz / G) of the panel order (G CTAs, one per
-// SM); for each panel its range meets, the CTA loads the panel, then each of its 8 warps
+// SM); for each panel its range meets, the CTA loads the panel, then each of its 16 warps
 // takes an equal contiguous share of the panel's items. Items come 32 at a time (one int4
 // per lane: block, row, column). A warp keeps two x tiles: the current row's and the next
 // row's, prefetched when a row starts. Each block leaves whole from a staging block
@@ -48,7 +48,9 @@ struct DwPanelParams : DwOperands {
 template <typename T, int BS, int TN>
 struct DwPanelConfig {
   static_assert(kIs16Bit<T> && (BS == 16 || BS == 32) && (TN == 16 || TN == 32), "dw panel kernel");
-  static constexpr int kWarps = 8;
+  // 16 warps (two CTAs' worth of the earlier 8): at bs 16, 1.05-1.10x faster at densities 1
+  // to 1/8, at bs 32 within 3% (benchmarks/NOTES.md, session 28).
+  static constexpr int kWarps = 16;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPanelChannels = 1024;  // tables.py: DW_PANEL_CHANNELS
   static constexpr int kPanelLd = kPanelChannels + 8;  // ldmatrix rows in distinct banks
@@ -111,10 +113,17 @@ __global__ void __launch_bounds__(DwPanelConfig<T, BS, TN>::kThreads, 1)
     const int64_t first = a + span * warp / Cfg::kWarps;
     const int count = static_cast<int>(a + span * (warp + 1) / Cfg::kWarps - first);
     int current_row = -1, next_row = -1, buffer = 0;
+    // Items come 32 at a time, the next 32 loaded when a batch starts, so that a warp
+    // does not wait a global round trip every 32 blocks.
+    auto fetch_batch = [&](int t0) {
+      return t0 + lane < count ? __ldg(p.items + first + t0 + lane) : make_int4(0, -1, 0, 0);
+    };
     int4 batch = make_int4(0, 0, 0, 0);
+    int4 next_batch = fetch_batch(0);
     for (int t = 0; t < count; ++t) {
       if ((t & 31) == 0) {
-        batch = t + lane < count ? __ldg(p.items + first + t + lane) : make_int4(0, -1, 0, 0);
+        batch = next_batch;
+        next_batch = fetch_batch(t + 32);
       }
       const int block = __shfl_sync(0xffffffffu, batch.x, t & 31);
       const int row = __shfl_sync(0xffffffffu, batch.y, t & 31);
