@@ -15,6 +15,9 @@
 //            copy by one cp.async.bulk;
 //   w        0: 16-byte cp.async (the kernel); 1: one cp.async.bulk per block;
 //   mma      the kernel's warp_mma_step on every item, or none.
+// argv "tail": only the persistent walk with bulk-copied weights (the jbs even kernel's
+// pattern), and for one launch of it each warp's start and end (%globaltimer and the SM's
+// clock): how long the grid waits for its slowest warps (benchmarks/NOTES.md, session 28).
 // Output: us per call (weights rotated over copies beyond L2), and x the floor,
 // floor = weight bytes / copy bandwidth (1 GB device-to-device copy, read +
 // write, as jbs-bench measures it), plus a read-only streaming kernel's rate.
@@ -66,7 +69,14 @@ struct Params {
   const int* col_offsets;  // (kBlocks + 1)
   int64_t total_items;
   float* sink;
+  unsigned long long* warp_times;  // "tail": per warp {globaltimer start, end, clock start, end}, or null
 };
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 template <typename T, int XMODE, int WMODE>
 struct Stage {
@@ -88,6 +98,8 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
   __shared__ __align__(8) uint64_t bars[NW][S];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const unsigned long long start_ns = p.warp_times ? global_ns() : 0;
+  const long long start_clock = clock64();
 
   int64_t base;
   int stride, cnt;
@@ -186,6 +198,13 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
     for (int j = 0; j < 4; ++j)
       for (int e = 0; e < 4; ++e) sum += acc[i][j][e];
   if (sum == 1.2345e-30f) p.sink[threadIdx.x] = sum;  // keeps the work alive
+  if (p.warp_times && lane == 0) {
+    unsigned long long* t = p.warp_times + 4 * (static_cast<int64_t>(blockIdx.x) * NW + warp);
+    t[0] = start_ns;
+    t[1] = global_ns();
+    t[2] = static_cast<unsigned long long>(start_clock);
+    t[3] = static_cast<unsigned long long>(clock64());
+  }
 }
 
 // Read-only streaming: every thread sums 16-byte loads; HBM's read ceiling.
@@ -337,6 +356,48 @@ static double time_us(Launch launch, int copies, int reps = 60) {
 
 static int g_sms = 0;
 static float* g_sink = nullptr;
+static bool g_tail = false;  // argv "tail"
+
+// One launch with per-warp times (launch(times) runs it), summarised: the span from the first
+// warp's start to the last one's end, the spread of warp starts and ends within it, and the
+// share of the span an average SM (a CTA: from its first warp's start to its last one's end)
+// is busy. Warps take equal item counts, so the ends' spread is the time the fast SMs wait.
+template <typename Launch>
+static void report_tail(int warps, int warps_per_cta, Launch launch) {
+  unsigned long long* d = nullptr;
+  CHECK(cudaMalloc(&d, size_t(warps) * 4 * sizeof(unsigned long long)));
+  launch(d);  // warm
+  launch(d);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> t(size_t(warps) * 4);
+  CHECK(cudaMemcpy(t.data(), d, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(d));
+  unsigned long long t0 = ~0ull, t1 = 0;
+  for (int w = 0; w < warps; ++w) t0 = std::min(t0, t[4 * w]), t1 = std::max(t1, t[4 * w + 1]);
+  const double span = double(t1 - t0) / 1e3;  // us
+  std::vector<double> starts, ends, cta_busy;
+  for (int w = 0; w < warps; ++w) {
+    starts.push_back(double(t[4 * w] - t0) / 1e3);
+    ends.push_back(double(t[4 * w + 1] - t0) / 1e3);
+  }
+  for (int c = 0; c < warps / warps_per_cta; ++c) {
+    double s = 1e30, e = 0;
+    for (int w = c * warps_per_cta; w < (c + 1) * warps_per_cta; ++w) s = std::min(s, starts[w]), e = std::max(e, ends[w]);
+    cta_busy.push_back(e - s);
+  }
+  auto pct = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5))];
+  };
+  double busy = 0;
+  for (double b : cta_busy) busy += b;
+  busy /= cta_busy.size();
+  std::printf("|  | tail: span %.1f us; warp starts p50 %.1f max %.1f; warp ends min %.1f p10 %.1f p50 %.1f p90 %.1f; "
+              "SM busy %.0f%% of the span (CTA min %.1f max %.1f us) |\n",
+              span, pct(starts, 0.5), pct(starts, 1.0), pct(ends, 0.0), pct(ends, 0.1), pct(ends, 0.5),
+              pct(ends, 0.9), 100 * busy / span, pct(cta_busy, 0.0), pct(cta_busy, 1.0));
+  std::fflush(stdout);
+}
 static double g_copy_bw = 0;  // bytes/us
 
 template <typename T, int NW, int S, bool PERSIST, int XMODE, int WMODE, bool MMA>
@@ -347,7 +408,7 @@ static void run(const char* dtype, const char* density, Problem& pr) {
   int per_sm = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NW * 32, smem));
   const int grid = PERSIST ? g_sms * per_sm : kBlocks;
-  Params p{pr.x, pr.x_tm, nullptr, pr.items, pr.col_offsets, pr.nnz, g_sink};
+  Params p{pr.x, pr.x_tm, nullptr, pr.items, pr.col_offsets, pr.nnz, g_sink, nullptr};
   const double us = time_us(
       [&](int c) {
         p.w = pr.w[c];
@@ -359,6 +420,12 @@ static void run(const char* dtype, const char* density, Problem& pr) {
               PERSIST ? "pers" : "col", NW, S, per_sm, XMODE, WMODE, MMA ? "mma" : "-", us, floor_us,
               us / floor_us);
   std::fflush(stdout);
+  if (g_tail) report_tail(grid * NW, NW, [&](unsigned long long* times) {
+    p.w = pr.w[0];
+    p.warp_times = times;
+    kernel<<<grid, NW * 32, smem>>>(p);
+    p.warp_times = nullptr;
+  });
 }
 
 // The jbs kernel itself (bsmm_stream_even_kernel.cuh) on the same problem, with its
@@ -409,6 +476,11 @@ static void sweep(const char* dtype, const char* dname, double density, bool ful
   Problem pr = make_problem(sizeof(T), density, 7);
   run_even<T, false>(dtype, dname, pr);
   run_even<T, true>(dtype, dname, pr);
+  if (g_tail) {
+    if constexpr (sizeof(T) == 2) run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+    free_problem(pr);
+    return;
+  }
   if (g_even_only) {
     if constexpr (sizeof(T) == 2) {
       run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
@@ -464,6 +536,7 @@ static int seed_stream_main(int argc, char** argv) {
     g_even_only |= a == "even";
     g_global_layout |= a == "global";
     g_random_data |= a == "normal";
+    g_tail |= a == "tail";
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -487,6 +560,7 @@ static int seed_stream_main(int argc, char** argv) {
   std::printf("| dtype | density | walk | warps x stages | CTAs | x / w copy | mma | us | floor us | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   sweep<__nv_bfloat16>("bf16", "1/2", 0.5, true);
+  if (g_tail) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
   sweep<__nv_bfloat16>("bf16", "1/8", 0.125, true);
   sweep<__nv_bfloat16>("bf16", "1/32", 1.0 / 32, false);
   sweep<__nv_bfloat16>("bf16", "1/64", 1.0 / 64, false);
