@@ -15,9 +15,10 @@
 //            copy by one cp.async.bulk;
 //   w        0: 16-byte cp.async (the kernel); 1: one cp.async.bulk per block;
 //   mma      the kernel's warp_mma_step on every item, or none.
-// argv "tail": only the persistent walk with bulk-copied weights (the jbs even kernel's
-// pattern), and for one launch of it each warp's start and end (%globaltimer and the SM's
-// clock): how long the grid waits for its slowest warps (benchmarks/NOTES.md, session 28).
+// argv "tail": the jbs even kernel with and without its sum kernel, the persistent walk with
+// bulk-copied weights (its pattern) with and without activation tiles, and for one launch of
+// each walk every warp's start and end (%globaltimer, the SM's clock) and SM id: how long the
+// grid waits for its slowest SMs, and which SMs those are (benchmarks/NOTES.md, session 28).
 // Output: us per call (weights rotated over copies beyond L2), and x the floor,
 // floor = weight bytes / copy bandwidth (1 GB device-to-device copy, read +
 // write, as jbs-bench measures it), plus a read-only streaming kernel's rate.
@@ -69,7 +70,7 @@ struct Params {
   const int* col_offsets;  // (kBlocks + 1)
   int64_t total_items;
   float* sink;
-  unsigned long long* warp_times;  // "tail": per warp {globaltimer start, end, clock start, end}, or null
+  unsigned long long* warp_times;  // "tail": per warp {globaltimer start, end, clock start, end, SM id}, or null
 };
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -199,11 +200,14 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
       for (int e = 0; e < 4; ++e) sum += acc[i][j][e];
   if (sum == 1.2345e-30f) p.sink[threadIdx.x] = sum;  // keeps the work alive
   if (p.warp_times && lane == 0) {
-    unsigned long long* t = p.warp_times + 4 * (static_cast<int64_t>(blockIdx.x) * NW + warp);
+    unsigned long long* t = p.warp_times + 5 * (static_cast<int64_t>(blockIdx.x) * NW + warp);
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     t[0] = start_ns;
     t[1] = global_ns();
     t[2] = static_cast<unsigned long long>(start_clock);
     t[3] = static_cast<unsigned long long>(clock64());
+    t[4] = smid;
   }
 }
 
@@ -365,25 +369,27 @@ static bool g_tail = false;  // argv "tail"
 template <typename Launch>
 static void report_tail(int warps, int warps_per_cta, Launch launch) {
   unsigned long long* d = nullptr;
-  CHECK(cudaMalloc(&d, size_t(warps) * 4 * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&d, size_t(warps) * 5 * sizeof(unsigned long long)));
   launch(d);  // warm
   launch(d);
   CHECK(cudaDeviceSynchronize());
-  std::vector<unsigned long long> t(size_t(warps) * 4);
+  std::vector<unsigned long long> t(size_t(warps) * 5);
   CHECK(cudaMemcpy(t.data(), d, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
   CHECK(cudaFree(d));
   unsigned long long t0 = ~0ull, t1 = 0;
-  for (int w = 0; w < warps; ++w) t0 = std::min(t0, t[4 * w]), t1 = std::max(t1, t[4 * w + 1]);
+  for (int w = 0; w < warps; ++w) t0 = std::min(t0, t[5 * w]), t1 = std::max(t1, t[5 * w + 1]);
   const double span = double(t1 - t0) / 1e3;  // us
   std::vector<double> starts, ends, cta_busy;
   for (int w = 0; w < warps; ++w) {
-    starts.push_back(double(t[4 * w] - t0) / 1e3);
-    ends.push_back(double(t[4 * w + 1] - t0) / 1e3);
+    starts.push_back(double(t[5 * w] - t0) / 1e3);
+    ends.push_back(double(t[5 * w + 1] - t0) / 1e3);
   }
+  std::vector<std::pair<double, int>> by_sm;  // (CTA busy us, SM id): one CTA per SM
   for (int c = 0; c < warps / warps_per_cta; ++c) {
     double s = 1e30, e = 0;
     for (int w = c * warps_per_cta; w < (c + 1) * warps_per_cta; ++w) s = std::min(s, starts[w]), e = std::max(e, ends[w]);
     cta_busy.push_back(e - s);
+    by_sm.push_back({e - s, static_cast<int>(t[5 * c * warps_per_cta + 4])});
   }
   auto pct = [](std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
@@ -396,6 +402,11 @@ static void report_tail(int warps, int warps_per_cta, Launch launch) {
               "SM busy %.0f%% of the span (CTA min %.1f max %.1f us) |\n",
               span, pct(starts, 0.5), pct(starts, 1.0), pct(ends, 0.0), pct(ends, 0.1), pct(ends, 0.5),
               pct(ends, 0.9), 100 * busy / span, pct(cta_busy, 0.0), pct(cta_busy, 1.0));
+  // The SMs by busy time, fastest first, as SM id:us -- are the fast ones always the same?
+  std::sort(by_sm.begin(), by_sm.end());
+  std::printf("|  | SMs fastest first:");
+  for (const auto& [us, sm] : by_sm) std::printf(" %d:%.0f", sm, us);
+  std::printf(" |\n");
   std::fflush(stdout);
 }
 static double g_copy_bw = 0;  // bytes/us
@@ -431,7 +442,7 @@ static void run(const char* dtype, const char* density, Problem& pr) {
 // The jbs kernel itself (bsmm_stream_even_kernel.cuh) on the same problem, with its
 // summing launch, to compare with the replicas above in one run.
 template <typename T, bool TRANS>
-static void run_even(const char* dtype, const char* density, Problem& pr) {
+static void run_even(const char* dtype, const char* density, Problem& pr, bool with_sums = true) {
   using Cfg = StreamEvenConfig<T, kBS, TRANS, kN>;
   auto kernel = bsmm_stream_even_kernel<T, kBS, TRANS, kN, false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
@@ -462,12 +473,12 @@ static void run_even(const char* dtype, const char* density, Problem& pr) {
       [&](int c) {
         p.w = pr.w[c];
         kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
-        bsmm_stream_even_sum_kernel<T, kBS, kN, 1, 0><<<(kBlocks + 3) / 4, 128>>>(p);
+        if (with_sums) bsmm_stream_even_sum_kernel<T, kBS, kN, 1, 0><<<(kBlocks + 3) / 4, 128>>>(p);
       },
       pr.copies);
   const double floor_us = pr.w_bytes / g_copy_bw;
-  std::printf("| %s | %s | jbs even%s | %d x %d | %d/SM | x1 w%d | mma | %.1f | %.1f | %.2f |\n", dtype, density,
-              TRANS ? " dx" : "", Cfg::kWarps, Cfg::kStages, per_sm, Cfg::kBulkW ? 1 : 0, us, floor_us, us / floor_us);
+  std::printf("| %s | %s | jbs even%s%s | %d x %d | %d/SM | x1 w%d | mma | %.1f | %.1f | %.2f |\n", dtype, density,
+              TRANS ? " dx" : "", with_sums ? "" : ", walk only", Cfg::kWarps, Cfg::kStages, per_sm, Cfg::kBulkW ? 1 : 0, us, floor_us, us / floor_us);
   std::fflush(stdout);
 }
 
@@ -477,7 +488,11 @@ static void sweep(const char* dtype, const char* dname, double density, bool ful
   run_even<T, false>(dtype, dname, pr);
   run_even<T, true>(dtype, dname, pr);
   if (g_tail) {
-    if constexpr (sizeof(T) == 2) run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+    run_even<T, false>(dtype, dname, pr, false);
+    if constexpr (sizeof(T) == 2) {
+      run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 0, 1, true>(dtype, dname, pr);  // no activation tiles: weights alone
+    }
     free_problem(pr);
     return;
   }
