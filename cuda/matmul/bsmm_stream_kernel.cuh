@@ -79,9 +79,16 @@ struct StreamConfig {
   static constexpr int kMT = TN / 16;
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
-  // Same bank-conflict-free strides as BlocksConfig.
-  static constexpr int kLdX = k16 ? (BS == 8 ? 8 : BS + 8) : BS + 4;
-  static constexpr int kLdW = (k16 || !TRANS) ? (BS == 8 ? 8 : BS + 8) : BS + 4;
+  // Same bank-conflict-free strides as BlocksConfig, except fp32 tiles at bs 32, whose rows
+  // are padded to 40 floats (160 bytes, 32-byte aligned) rather than the conflict-free 36: a
+  // cp.async row landing at a pitch of 144 bytes made the L2 serve 1.5x the sectors of the
+  // tile (Nsight Compute, "L2 Theoretical Sectors Global Excessive"), which cost the dx
+  // (both of its tiles at 36) 8-13% against the fwd; the 2-way bank conflict of the tf32
+  // fragment reads at 40 costs less. Measured (benchmarks/NOTES.md, session 28): dx 1.13x /
+  // 1.09x faster at densities 1/4 / 1/8, fwd 1.03x at 1/4. bs 16 and 64 were not measured.
+  static constexpr int kLdF32 = BS == 32 ? BS + 8 : BS + 4;
+  static constexpr int kLdX = k16 ? (BS == 8 ? 8 : BS + 8) : kLdF32;
+  static constexpr int kLdW = (k16 || !TRANS) ? (BS == 8 ? 8 : BS + 8) : kLdF32;
   static constexpr int kStageElems = TN * kLdX + BS * kLdW;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   static constexpr int kStages = stream_stages(kStageBytes, BIG);
