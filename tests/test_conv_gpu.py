@@ -91,6 +91,38 @@ def test_conv_is_bitwise_deterministic(rng):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs at least 2 GPUs")
+@pytest.mark.parametrize("op,kernel_size,strides,padding", [
+    (jbs.BlockSparseConv, (2, 3), 1, ((1, 0), (1, 1))),   # PixelCNN++'s down-shifted conv
+    (jbs.BlockSparseConv, (3, 3), 2, "SAME"),             # down-sampling: fewer output pixels
+    (jbs.BlockSparseConvTranspose, (3, 3), 2, "SAME")])   # up-sampling: more output pixels
+def test_data_parallel_images_stay_sharded(rng, op, kernel_size, strides, padding):
+    """A batch of images sharded over GPUs is not all-gathered: each GPU runs its own images
+    through the three conv kernels, and the weight gradient is all-reduced. Results equal the
+    single-device ones."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    devices = jax.devices()[: 2 * (len(jax.devices()) // 2)]
+    mesh = Mesh(np.array(devices), ("data",))
+    conv = op(power_law_layout(rng, 4, 3), 32, kernel_size, strides, padding, precision="highest")
+    x = random_array(rng, (2 * len(devices), 16, 16, 128), jnp.float32)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    loss = lambda x, w: jnp.mean(jnp.sin(conv(x, w)))
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    single = step(x, w)
+    xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+    ws = jax.device_put(w, NamedSharding(mesh, P()))
+    compiled = step.lower(xs, ws).compile()
+    sharded = compiled(xs, ws)
+    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(sharded)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+    hlo = compiled.as_text()
+    assert all(target in hlo for target in ("jbs_bsconv_fwd", "jbs_bsconv_dx", "jbs_bsconv_dw"))
+    assert "all-gather" not in hlo, "the sharded images were gathered before a conv kernel"
+    assert "all-reduce" in hlo, "the weight gradient's per-device partials were not summed"
+    assert sharded[1][0].sharding.spec[0] == "data"
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_weight_gradient_split_over_rows(rng, dtype):
     """Few blocks, many pixels: each block's rows are split over several CTAs whose partials

@@ -139,12 +139,17 @@ x = jax.device_put(jnp.ones((64, 32), jnp.bfloat16), NamedSharding(mesh, P("data
 w = jax.device_put(jnp.ones(bsmm.w_shape, jnp.bfloat16), NamedSharding(mesh, P()))
 step = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w) ** 2), argnums=(0, 1)))
 print(step.trace(x, w).lower(lowering_platforms=("cuda",)).as_text())
+conv = jbs.BlockSparseConv(np.array([[1, 0, 1], [1, 1, 0]], bool), 16, (2, 3), 2, ((1, 0), (2, 0)))
+images = jax.device_put(jnp.ones((8, 7, 6, 32), jnp.bfloat16), NamedSharding(mesh, P("data")))
+kernel = jax.device_put(jnp.ones(conv.w_shape, jnp.bfloat16), NamedSharding(mesh, P()))
+step = jax.jit(jax.grad(lambda x, w: jnp.sum(conv(x, w) ** 2), argnums=(0, 1)))
+print(step.trace(images, kernel).lower(lowering_platforms=("cuda",)).as_text())
 """
 
 
 def test_sharded_cuda_lowering_partitions_each_kernel():
-    """On several devices each CUDA kernel call is wrapped for XLA's partitioner (so a sharded
-    batch is split, not all-gathered). jax only hands the device assignment that this needs to
+    """On several devices each CUDA kernel call, the convolutions' too, is wrapped for XLA's
+    partitioner (so a sharded batch is split, not all-gathered). jax only hands the device assignment that this needs to
     lowerings of jaxprs holding registered primitives: this checks that ours are registered."""
     import os
     import subprocess
@@ -155,8 +160,84 @@ def test_sharded_cuda_lowering_partitions_each_kernel():
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     partitioned_calls = [line for line in result.stdout.splitlines() if "CustomSPMDPartitioning" in line]
-    assert len(partitioned_calls) == 3, result.stdout[-3000:]  # fwd, dx and dw
+    assert len(partitioned_calls) == 6, result.stdout[-3000:]  # fwd, dx and dw of the matmul and the conv
     assert all("sdy.sharding_rule" in line for line in partitioned_calls)
+
+
+CONV_SHARDED_SCRIPT = """
+import numpy as np, jax, jax.numpy as jnp
+from jax.interpreters import mlir
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import jbs
+from jbs._src import lowering, reference, sharding
+assert len(jax.devices()) == 4
+layout = np.array([[1, 0, 1], [1, 1, 0]], bool)
+ops = [jbs.BlockSparseConv(layout, 8, (2, 3), 2, ((1, 0), (2, 0)), precision="highest"),
+       jbs.BlockSparseConvTranspose(layout, 8, (3, 3), 2, precision="highest")]
+kernels = {"jbs_bsconv_fwd": reference.forward, "jbs_bsconv_dx": reference.input_grad,
+           "jbs_bsconv_dw": reference.weight_grad}
+def ffi_stand_in(target, block_size, precision, geometry, a, b, *kept_tables):
+    # The kernels' function in reference math (all of the op's tables, by closure): what is
+    # tested is the production CUDA rule around it, which partitions the call by images. (An
+    # inner jit keeps the gather's index constants out of the partitioned body, which takes
+    # no captured arrays.)
+    gather = geometry.transposed() if target == "jbs_bsconv_dx" else geometry
+    kernel = lambda a, b: kernels[target](gather.gather(a), b, *op_tables[:5], precision=precision)
+    return jax.jit(kernel)(a, b)
+lowering._conv_ffi_call = ffi_stand_in
+sharding.require_device_assignment(*lowering._OPS)  # as register_cuda does
+for prim, (_, target, used_tables) in lowering._OPS.items():
+    mlir.register_lowering(prim, lowering._cuda_rule(target, used_tables), platform="cpu")
+mesh = Mesh(np.array(jax.devices()), ("data",))
+images = NamedSharding(mesh, P("data"))
+rng = np.random.default_rng(0)
+for op in ops:
+    op_tables = op._tables
+    x = jnp.asarray(rng.standard_normal((8, 7, 6, 16)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(op.w_shape), jnp.float32)
+    loss = lambda x, w: jnp.sum(jnp.sin(op(x, w)))
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    single = step(x, w)
+    xs = jax.device_put(x, images)
+    lowered = step.lower(xs, w)
+    # XLA could partition the stand-in's plain ops by itself, but not the real kernel call: the
+    # rule must wrap each of the three calls for the partitioner.
+    assert lowered.as_text().count("@CustomSPMDPartitioning(") == 3, "a kernel call is not partitioned"
+    compiled = lowered.compile()
+    hlo = compiled.as_text()
+    assert "all-gather" not in hlo, "the images were gathered before a kernel"
+    assert "all-reduce" in hlo, "the weight gradient's partials were not summed"
+    sharded = compiled(xs, w)
+    assert sharded[1][0].sharding.spec[0] == "data", sharded[1][0].sharding
+    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(sharded)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    y = jax.jit(op)(xs, w)
+    assert y.sharding.spec[0] == "data", y.sharding
+    np.testing.assert_allclose(y, op(x, w), rtol=1e-5, atol=1e-5)
+    # 5 images over 4 devices (sliced inside jit): the padding image of the last shard must not
+    # reach the weight gradient's sum.
+    uneven = jax.jit(jax.value_and_grad(lambda x, w: loss(x[:5], w), argnums=(0, 1)))
+    for a, b in zip(jax.tree.leaves(step(x[:5], w)), jax.tree.leaves(uneven(xs, w))):
+        np.testing.assert_allclose(a, np.asarray(b)[:5] if b.shape == (8, 7, 6, 16) else b,
+                                   rtol=1e-5, atol=1e-5)
+print("conv partitioned ok")
+"""
+
+
+def test_conv_partitioning_by_images_on_four_host_devices():
+    """The CUDA rule of the convolutions, its kernel call replaced by reference math, on 4 CPU
+    devices: a batch sharded over devices stays sharded through the strided conv and the
+    transposed conv (whose input and output images differ in size), the weight gradient's
+    partials are all-reduced, and every result equals the single-device one."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", CONV_SHARDED_SCRIPT], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "conv partitioned ok" in result.stdout
 
 
 def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None, layout=None):

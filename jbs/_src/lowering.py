@@ -398,6 +398,16 @@ def _dw_row_splits(rows: int, blocks: int) -> int:
     return int(max(1, min(wanted, rows // _DW_MIN_ROWS_PER_SPLIT, 65535)))
 
 
+def _conv_pixels(target, conv):
+    """Pixels per image of a conv kernel's pixel operands and result (``partitioned_images``):
+    the forward reads the input image and writes the output image, the input gradient the other
+    way round, and the weight gradient reads both and sums over the images."""
+    source, rows = (h * w for h, w in (conv.source_hw, conv.rows_hw))
+    return {"jbs_bsmm_fwd": dict(operand_pixels=(source,), result_pixels=rows),
+            "jbs_bsmm_dx": dict(operand_pixels=(rows,), result_pixels=source),
+            "jbs_bsmm_dw": dict(operand_pixels=(source, rows), result_pixels=None)}[target]
+
+
 def _cuda_rule(target, used_tables):
     """Calls the FFI target with the two data operands and only the tables it reads, row-
     partitioned over devices when the activations are sharded (see sharding.py)."""
@@ -413,21 +423,20 @@ def _cuda_rule(target, used_tables):
 
     def rule(ctx, *operands, precision, conv=None):
         block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]
+        # Partition only a computation over several devices (not a shard_map body, which is
+        # already per device, and not a single device, where there is nothing to split).
+        several_devices = sharding.spans_several_devices(ctx.module_context.axis_context)
         if conv is not None:
-            # Convolutions are not row-partitioned yet: a device's rows must be whole images,
-            # and input and output rows differ in size, which the Shardy rule of sharding.py
-            # (one row factor) cannot state. XLA gathers their batch instead (correct, not
-            # scalable; see benchmarks/NOTES.md).
             kept = conv_keep if not is_dw else [0, 1] + [2 + _TABLE_FIELDS.index(name)
                                                          for name in ("dw_items", "dw_row_groups")]
             call = functools.partial(_conv_ffi_call, target.replace("bsmm", "bsconv"), block_size,
                                      precision, conv)
+            if several_devices:
+                call = sharding.partitioned_images(call, **_conv_pixels(target, conv))
         else:
             kept = keep
             call = functools.partial(_ffi_call, target, block_size, precision)
-            # Partition only a computation over several devices (not a shard_map body, which is
-            # already per device, and not a single device, where there is nothing to split).
-            if sharding.spans_several_devices(ctx.module_context.axis_context):
+            if several_devices:
                 call = sharding.partitioned(call, rows_in_output=not is_dw)
         subset_ctx = ctx.replace(avals_in=[ctx.avals_in[i] for i in kept])
         return mlir.lower_fun(call, multiple_results=False)(subset_ctx, *[operands[i] for i in kept])

@@ -10,6 +10,11 @@ wrapped in ``custom_partitioning``:
   and the partials are summed across the row axes (``psum``); rows that do not split evenly
   over the devices are gathered instead (padding rows would be summed in).
 
+A convolution's rows are pixels, and its input and output images differ in size (strides,
+padding, transposition), so one row factor cannot tie them together. ``partitioned_images``
+views each pixel operand as (groups, images, pixels, features) and partitions that by images:
+every device runs whole images through the kernel, whose gather never crosses an image.
+
 Everything else (features, blocks, tables, scratch, the vmap group axis) is replicated. On one
 device ``custom_partitioning`` inlines the call and costs nothing. The Shardy rule below tells
 the propagation the same facts.
@@ -114,4 +119,32 @@ def partitioned(call, *, rows_in_output: bool):
 
     wrapped.def_partition(partition=partition, infer_sharding_from_operands=infer_sharding_from_operands,
                           sharding_rule=sharding_rule)
+    return wrapped
+
+
+def partitioned_images(call, *, operand_pixels, result_pixels):
+    """``call(a, b, *tables) -> out`` of a convolution kernel, partitioned by whole images.
+
+    ``operand_pixels`` gives the pixels per image of the leading operands whose rows are pixels
+    (the activation; for the weight gradient also the output gradient); ``result_pixels`` those
+    of the result, or None where the result sums over the images (the weight gradient). Each
+    such operand (G, images * pixels, F) is viewed as (G, images, pixels, F), so that
+    ``partitioned``'s rows are the images; the kernel still receives its flat rows."""
+    count = len(operand_pixels)
+
+    def image_view(op, pixels):
+        return op.reshape(op.shape[0], op.shape[1] // pixels, pixels, op.shape[2])
+
+    def flat_rows(op):
+        return op.reshape(op.shape[0], op.shape[1] * op.shape[2], op.shape[3])
+
+    def on_images(*ops):
+        out = call(*[flat_rows(op) for op in ops[:count]], *ops[count:])
+        return out if result_pixels is None else image_view(out, result_pixels)
+
+    per_device = partitioned(on_images, rows_in_output=result_pixels is not None)
+
+    def wrapped(*ops):
+        out = per_device(*[image_view(op, p) for op, p in zip(ops, operand_pixels)], *ops[count:])
+        return out if result_pixels is None else flat_rows(out)
     return wrapped
