@@ -1,5 +1,9 @@
 """Shared test helpers: layouts with the awkward features, float64 references, error bounds."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import jax.numpy as jnp
 
@@ -74,3 +78,14 @@ def rel_error(out, ref) -> float:
     assert out.shape == ref.shape, (out.shape, ref.shape)
     assert np.isfinite(out).all(), "output holds NaN or Inf"
     return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def run_on_four_host_devices(script: str) -> str:
+    """Runs ``script`` in a fresh Python on 4 CPU devices (the device count is fixed when jax
+    starts, so it cannot be changed inside the test process) and returns its stdout; a failure
+    fails the test with the end of its stderr."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout

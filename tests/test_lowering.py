@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import jbs
 from jbs._src import lowering
 from jbs._src.conv_geometry import ConvGeometry
+from helpers import run_on_four_host_devices
 
 
 def _with_cuda_rules(lower):
@@ -116,15 +117,8 @@ print("partitioned ok")
 def test_row_partitioning_on_four_host_devices():
     """The custom partitioning of the kernels, with reference stand-ins on 4 CPU devices: rows
     stay sharded through fwd, dw partials are all-reduced, results equal the unsharded ones."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", PARTITION_SCRIPT], env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "partitioned ok" in result.stdout
+    stdout = run_on_four_host_devices(PARTITION_SCRIPT)
+    assert "partitioned ok" in stdout
 
 
 CUDA_SHARDED_SCRIPT = """
@@ -151,16 +145,9 @@ def test_sharded_cuda_lowering_partitions_each_kernel():
     """On several devices each CUDA kernel call, the convolutions' too, is wrapped for XLA's
     partitioner (so a sharded batch is split, not all-gathered). jax only hands the device assignment that this needs to
     lowerings of jaxprs holding registered primitives: this checks that ours are registered."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", CUDA_SHARDED_SCRIPT], env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    partitioned_calls = [line for line in result.stdout.splitlines() if "CustomSPMDPartitioning" in line]
-    assert len(partitioned_calls) == 6, result.stdout[-3000:]  # fwd, dx and dw of the matmul and the conv
+    stdout = run_on_four_host_devices(CUDA_SHARDED_SCRIPT)
+    partitioned_calls = [line for line in stdout.splitlines() if "CustomSPMDPartitioning" in line]
+    assert len(partitioned_calls) == 6, stdout[-3000:]  # fwd, dx and dw of the matmul and the conv
     assert all("sdy.sharding_rule" in line for line in partitioned_calls)
 
 
@@ -229,15 +216,8 @@ def test_conv_partitioning_by_images_on_four_host_devices():
     devices: a batch sharded over devices stays sharded through the strided conv and the
     transposed conv (whose input and output images differ in size), the weight gradient's
     partials are all-reduced, and every result equals the single-device one."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", CONV_SHARDED_SCRIPT], env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "conv partitioned ok" in result.stdout
+    stdout = run_on_four_host_devices(CONV_SHARDED_SCRIPT)
+    assert "conv partitioned ok" in stdout
 
 
 def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None, layout=None):

@@ -1,9 +1,6 @@
 """Flax NNX layers: against their dense equivalents, init statistics, training, RNN, checkpoints,
 split/merge, Linen parity and data-parallel sharding."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,7 +16,7 @@ import flax.linen as nn  # noqa: E402
 import jbs  # noqa: E402
 import jbs.linen  # noqa: E402
 import jbs.nn  # noqa: E402
-from helpers import awkward_layout, f64, random_array, rel_error  # noqa: E402
+from helpers import awkward_layout, f64, random_array, rel_error, run_on_four_host_devices  # noqa: E402
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -260,11 +257,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
 
 
 def test_data_parallel_on_four_host_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "sharded ok" in result.stdout
+    assert "sharded ok" in run_on_four_host_devices(SHARDED_SCRIPT)
 
 
 @pytest.mark.parametrize("transpose", [False, True])
