@@ -77,6 +77,30 @@ def test_each_primitive_lowers_to_its_custom_call(cuda_text, target, operands):
     assert "block_size = 16 : i32" in line and "precision = 0 : i32" in line
 
 
+def test_gpus_older_than_sm80_lower_to_the_reference(monkeypatch):
+    """A GPU the kernels were not built for (a T4 of a free Colab runtime: sm_75) gets the
+    reference lowering instead of custom calls that would fail to launch, and backend_info
+    says so; sm_80 and newer, and devices without a compute capability, get the kernels."""
+    from types import SimpleNamespace
+    from jbs._src import extension
+
+    gpu = lambda capability: SimpleNamespace(device_kind="Tesla T4", compute_capability=capability)
+    assert not extension.runs_kernels(gpu("7.5")) and not extension.runs_kernels(gpu("7.0"))
+    assert all(extension.runs_kernels(gpu(c)) for c in ("8.0", "8.6", "9.0", "10.0", "12.0"))
+    assert extension.runs_kernels(jax.devices("cpu")[0])
+
+    monkeypatch.setattr(extension, "runs_kernels", lambda device: False)
+    text = _with_cuda_rules(_lower_step) + _with_cuda_rules(_lower_conv_step)
+    assert "custom_call @jbs" not in text, "an old GPU was given the kernels"
+    assert "dot_general" in text  # the reference's block products
+
+    monkeypatch.setattr(extension, "load", lambda: (object(), "registered", "0.0"))
+    monkeypatch.setattr(extension, "_gpus", lambda: [gpu("7.5")])
+    info = extension.backend_info()
+    assert not info.cuda_kernels and info.gpu_present
+    assert "Tesla T4" in info.reason and "7.5" in info.reason and "reference" in str(info)
+
+
 PARTITION_SCRIPT = """
 import numpy as np, jax, jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -173,8 +197,8 @@ def ffi_stand_in(target, block_size, precision, geometry, a, b, *kept_tables):
     return jax.jit(kernel)(a, b)
 lowering._conv_ffi_call = ffi_stand_in
 sharding.require_device_assignment(*lowering._OPS)  # as register_cuda does
-for prim, (_, target, used_tables) in lowering._OPS.items():
-    mlir.register_lowering(prim, lowering._cuda_rule(target, used_tables), platform="cpu")
+for prim in lowering._OPS:
+    mlir.register_lowering(prim, lowering._cuda_rule(prim), platform="cpu")
 mesh = Mesh(np.array(jax.devices()), ("data",))
 images = NamedSharding(mesh, P("data"))
 rng = np.random.default_rng(0)

@@ -3,7 +3,9 @@
 The extension is optional. It is used only when it imports, was compiled against the jaxlib
 that is running (XLA FFI handlers built against newer headers refuse to load in an older
 jaxlib, and the reverse is untested), and JBS_DISABLE_CUDA is not set. Otherwise every
-platform runs the pure-JAX reference lowering.
+platform runs the pure-JAX reference lowering. GPUs older than the kernels' oldest target
+(sm_80: cp.async and bf16 tensor cores), such as the T4 of a free Colab runtime, also run the
+reference lowering: the lowering asks ``runs_kernels`` for the devices it lowers for.
 """
 
 from __future__ import annotations
@@ -65,15 +67,37 @@ def cuda_available() -> bool:
     return load()[0] is not None
 
 
-def _gpu_present() -> bool:
+# The oldest GPU the kernels are built for (CMakeLists.txt: sm_80, sm_90a and sm_90 PTX).
+MIN_COMPUTE_CAPABILITY = (8, 0)
+
+
+def runs_kernels(device) -> bool:
+    """Whether the CUDA kernels run on ``device``. A device that reports no CUDA compute
+    capability (lowering for CUDA ahead of time on a CPU host) is taken to run them."""
+    capability = getattr(device, "compute_capability", None)
     try:
-        return bool(jax.devices("gpu"))
+        major, minor = (int(part) for part in str(capability).split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) >= MIN_COMPUTE_CAPABILITY
+
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
     except RuntimeError:
-        return False
+        return []
 
 
 def backend_info() -> BackendInfo:
     """Says which path jbs runs on this machine and why. Never raises."""
     module, reason, built = load()
+    gpus = _gpus()
+    too_old = [gpu for gpu in gpus if not runs_kernels(gpu)]
+    if module is not None and too_old:
+        gpu = too_old[0]
+        module, reason = None, (f"the {gpu.device_kind} GPU (compute capability "
+                                f"{gpu.compute_capability}) is older than the kernels' sm_80; "
+                                f"jbs runs the reference path on it")
     return BackendInfo(cuda_kernels=module is not None, reason=reason, jax_version=jax.__version__,
-                       extension_built_against=built, gpu_present=_gpu_present())
+                       extension_built_against=built, gpu_present=bool(gpus))

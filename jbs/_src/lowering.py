@@ -408,9 +408,12 @@ def _conv_pixels(target, conv):
             "jbs_bsmm_dw": dict(operand_pixels=(source, rows), result_pixels=None)}[target]
 
 
-def _cuda_rule(target, used_tables):
+def _cuda_rule(prim):
     """Calls the FFI target with the two data operands and only the tables it reads, row-
-    partitioned over devices when the activations are sharded (see sharding.py)."""
+    partitioned over devices when the activations are sharded (see sharding.py); lowers to the
+    reference instead for GPUs the kernels were not built for (extension.runs_kernels)."""
+    reference_fn, target, used_tables = _OPS[prim]
+    reference_rule = _reference_rule(reference_fn)
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     is_dw = target == "jbs_bsmm_dw"
 
@@ -422,10 +425,13 @@ def _cuda_rule(target, used_tables):
                           if not name.endswith(("_chunks", "_splits"))]
 
     def rule(ctx, *operands, precision, conv=None):
+        axis_context = ctx.module_context.axis_context
+        if not all(extension.runs_kernels(device) for device in sharding.lowering_devices(axis_context)):
+            return reference_rule(ctx, *operands, precision=precision, conv=conv)
         block_size = ctx.avals_out[0].shape[-1] if is_dw else ctx.avals_in[1].shape[-1]
         # Partition only a computation over several devices (not a shard_map body, which is
         # already per device, and not a single device, where there is nothing to split).
-        several_devices = sharding.spans_several_devices(ctx.module_context.axis_context)
+        several_devices = sharding.spans_several_devices(axis_context)
         if conv is not None:
             kept = conv_keep if not is_dw else [0, 1] + [2 + _TABLE_FIELDS.index(name)
                                                          for name in ("dw_items", "dw_row_groups")]
@@ -453,8 +459,8 @@ def register() -> None:
 def register_cuda() -> None:
     """The CUDA rules (also used by tests that lower for CUDA on a machine without a GPU)."""
     sharding.require_device_assignment(*_OPS)
-    for prim, (_, target, used_tables) in _OPS.items():
-        mlir.register_lowering(prim, _cuda_rule(target, used_tables), platform="cuda")
+    for prim in _OPS:
+        mlir.register_lowering(prim, _cuda_rule(prim), platform="cuda")
 
 
 register()

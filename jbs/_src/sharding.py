@@ -78,6 +78,18 @@ def require_device_assignment(*primitives) -> None:
         registry.update(primitives)
 
 
+def lowering_devices(axis_context) -> tuple:
+    """The devices a lowering is for, where jax says (a jit's device assignment, which our
+    primitives always ask for; a shard_map body's mesh), else ()."""
+    devices = getattr(axis_context, "device_assignment", None)
+    if devices is None:
+        try:
+            devices = tuple(axis_context.mesh.devices.flat)
+        except Exception:  # noqa: BLE001 - no mesh, or an abstract one without devices
+            devices = ()
+    return tuple(devices)
+
+
 def spans_several_devices(axis_context) -> bool:
     """Whether a lowering is of a computation partitioned over several devices by XLA (a
     ``jit`` with sharded operands), as opposed to one device or a ``shard_map`` body."""
