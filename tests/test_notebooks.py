@@ -23,4 +23,4 @@ def test_notebook_runs(path, monkeypatch):
     nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     outputs = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
-    assert "bits/byte" in outputs
+    assert "bits/byte" in outputs or "bits/dim" in outputs  # each notebook reports its loss
