@@ -61,6 +61,17 @@ def test_output_shape_and_bad_input(model, rng):
         model(jnp.zeros((1, 8, 8, 4)))
 
 
+@pytest.mark.parametrize("options,message", [
+    (dict(features=40), "features=40 must be a multiple of block_size=16"),
+    (dict(resnets=0), "resnets must be a positive int"),
+    (dict(mixtures=1.5), "mixtures must be a positive int"),
+    (dict(density=0.0), r"density must be in \(0, 1\]")])
+def test_bad_model_arguments(options, message):
+    features = options.pop("features", 32)
+    with pytest.raises(ValueError, match=message):
+        PixelCNNPP(features, **dict(dict(resnets=1, mixtures=2, block_size=16), **options), rngs=nnx.Rngs(0))
+
+
 def test_mixture_is_normalised_over_all_colours(rng):
     """exp(log p) summed over all 256^3 colours of a pixel is 1, for random network outputs."""
     values = jnp.arange(256, dtype=jnp.float32) / 127.5 - 1

@@ -126,6 +126,11 @@ class PixelCNNPP(nnx.Module):
     def __init__(self, features: int = 160, *, resnets: int = 5, mixtures: int = 10,
                  block_size: int = 32, density: float = 1.0, layout_fn=None, dropout: float = 0.5,
                  dtype=None, param_dtype=jnp.float32, precision=None, rngs: nnx.Rngs):
+        for name, value in (("features", features), ("resnets", resnets), ("mixtures", mixtures)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if features % block_size:
+            raise ValueError(f"features={features} must be a multiple of block_size={block_size}")
         if layout_fn is None:
             if not 0 < density <= 1:
                 raise ValueError(f"density must be in (0, 1], got {density!r}")
