@@ -74,10 +74,9 @@ MIN_COMPUTE_CAPABILITY = (8, 0)
 def runs_kernels(device) -> bool:
     """Whether the CUDA kernels run on ``device``. A device that reports no CUDA compute
     capability (lowering for CUDA ahead of time on a CPU host) is taken to run them."""
-    capability = getattr(device, "compute_capability", None)
-    try:
-        major, minor = (int(part) for part in str(capability).split(".")[:2])
-    except ValueError:
+    try:  # a probe that fails must never turn the kernels off
+        major, minor = (int(part) for part in str(device.compute_capability).split(".")[:2])
+    except Exception:  # noqa: BLE001 - no such attribute, or an unexpected format
         return True
     return (major, minor) >= MIN_COMPUTE_CAPABILITY
 
