@@ -82,12 +82,12 @@ def lowering_devices(axis_context) -> tuple:
     """The devices a lowering is for, where jax says (a jit's device assignment, which our
     primitives always ask for; a shard_map body's mesh), else ()."""
     devices = getattr(axis_context, "device_assignment", None)
-    if devices is None:
-        try:
-            devices = tuple(axis_context.mesh.devices.flat)
-        except Exception:  # noqa: BLE001 - no mesh, or an abstract one without devices
-            devices = ()
-    return tuple(devices)
+    if devices is not None:
+        return tuple(devices)
+    try:
+        return tuple(axis_context.mesh.devices.flat)
+    except Exception:  # noqa: BLE001 - no mesh, or an abstract one without devices
+        return ()
 
 
 def spans_several_devices(axis_context) -> bool:
