@@ -371,6 +371,19 @@ def test_large_n_kernels_with_and_without_column_groups(rng, monkeypatch, path, 
         assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype, precision)
 
 
+def _check_large_n_vmap(rng, stacked, bs, dtype):
+    """fwd and dx of a vmap over 3 stacked activations, weights or both, 300 rows (two 256-row
+    tiles, the second mostly past the end), against float64."""
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 9, 20, density=0.4), bs)
+    x = random_array(rng, ((3,) if stacked != "w" else ()) + (300, bsmm.shape[0]), dtype)
+    w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, dtype)
+    g = random_array(rng, (3, 300, bsmm.shape[1]), dtype)
+    axes = (0 if stacked != "w" else None, 0 if stacked != "x" else None)
+    y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
+    dx = jax.jit(pullback)(g)[0]
+    _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
+
+
 @pytest.mark.parametrize("stacked", ["x", "w", "both"])
 @pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (64, jnp.bfloat16), (32, jnp.float32)])
 def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
@@ -381,14 +394,64 @@ def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
     monkeypatch.setenv("JBS_GROUPS", "1")
     monkeypatch.setenv("JBS_WGMMA", "1")
     monkeypatch.setenv("JBS_PACK", "1")
-    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 9, 20, density=0.4), bs)
-    x = random_array(rng, ((3,) if stacked != "w" else ()) + (300, bsmm.shape[0]), dtype)
-    w = random_array(rng, ((3,) if stacked != "x" else ()) + bsmm.w_shape, dtype)
-    g = random_array(rng, (3, 300, bsmm.shape[1]), dtype)
-    axes = (0 if stacked != "w" else None, 0 if stacked != "x" else None)
-    y, pullback = jax.jit(lambda x, w: jax.vjp(jax.vmap(bsmm, in_axes=axes), x, w))(x, w)
-    dx = jax.jit(pullback)(g)[0]
-    _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype)
+    _check_large_n_vmap(rng, stacked, bs, dtype)
+
+
+@pytest.mark.parametrize("bs", [32, 64])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("n", [580, 1024])
+def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
+    """The TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh), forced by JBS_GROUP_TMA=1:
+    fwd and dx against float64 and bitwise repeatable, on a power-law layout with empty block
+    rows and columns, 40 block rows (more union items per group than the ring has slots, so
+    every slot is refilled) and 13 block columns (a partial last group); 580 rows: three row
+    tiles, the last one partial (its rows past the end load as zeros and are not stored)."""
+    from test_conv_gpu import kernel_names
+    monkeypatch.setenv("JBS_GROUP_TMA", "1")
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 40, 13, density=0.45), bs)
+    x = random_array(rng, (n, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (n, bsmm.shape[1]), dtype)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
+    for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
+        assert any("bsmm_group_tma_kernel" in name for name in kernel_names(fn, *args)), "the TMA kernel did not run"
+    y, dx_ = fwd(x, w), dx(x, w, g)
+    W = dense_f64(bsmm, w)
+    assert rel_error(y, f64(x) @ W) < tolerance(dtype)
+    assert rel_error(dx_, f64(g) @ W.T) < tolerance(dtype)
+    empty_columns = np.repeat(~np.asarray(bsmm.layout).any(axis=0), bs)
+    assert not np.any(np.asarray(y, np.float32)[:, empty_columns])
+    np.testing.assert_array_equal(np.asarray(fwd(x, w)), np.asarray(y))
+    np.testing.assert_array_equal(np.asarray(dx(x, w, g)), np.asarray(dx_))
+
+
+@pytest.mark.parametrize("stacked", ["x", "w", "both"])
+@pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (64, jnp.float16)])
+def test_tma_group_kernel_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
+    """The TMA kernel under vmap over a stacked or broadcast activation and weight (its tensor
+    maps' third dimension, with a step of 0 where the operand is shared), fwd and dx."""
+    monkeypatch.setenv("JBS_GROUP_TMA", "1")
+    _check_large_n_vmap(rng, stacked, bs, dtype)
+
+
+@pytest.mark.parametrize("bs,dtype,expected", [(64, jnp.bfloat16, True), (32, jnp.float16, True),
+                                               (16, jnp.bfloat16, False), (32, jnp.float32, False)])
+def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype, expected):
+    """Without switches, 16-bit large-N fwd and dx at bs 32 and 64 take the TMA kernel; bs 16 and
+    fp32 keep the wgmma group kernel."""
+    from test_conv_gpu import kernel_names
+    for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA"):
+        monkeypatch.delenv(name, raising=False)
+    bsmm = jbs.BlockSparseMatMul(jbs.layouts.random(512 // bs, 512 // bs, density=0.5, seed=2), bs)
+    x = random_array(rng, (2048, 512), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (2048, 512), dtype)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
+    for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
+        names = kernel_names(fn, *args)
+        assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
 
 
 @pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16),

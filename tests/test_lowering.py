@@ -268,6 +268,22 @@ def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, se
     assert _fwd_scratch_floats(block_size, 64) < room
 
 
+@pytest.mark.parametrize("block_size,env,packed", [
+    (32, {}, False), (64, {}, False), (16, {}, True), (32, {"JBS_GROUP_TMA": "0"}, True),
+    (64, {"JBS_GROUPS": "1"}, True), (32, {"JBS_WGMMA": "1"}, True),
+    (64, {"JBS_GROUPS": "1", "JBS_GROUP_TMA": "1"}, False)])
+def test_large_n_scratch_skips_the_packed_copy_for_the_tma_kernel(monkeypatch, block_size, env, packed):
+    """From 512 rows, 16-bit fwd/dx at bs 32 and 64 take the TMA-fed group kernel, which reads the
+    row-major activation: no room for a packed copy, unless a switch picks an older group
+    kernel (cuda/matmul/bsmm_launch.cuh: use_group_tma, the same rule)."""
+    for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    room = 768 * 2 * block_size * 2 // 4
+    assert (_fwd_scratch_floats(block_size, 600) >= room) == packed
+
+
 @pytest.mark.parametrize("block_size,dtype,setting,tiled", [
     (8, jnp.bfloat16, "", True), (8, jnp.bfloat16, "0", False), (16, jnp.bfloat16, "", False),
     (8, jnp.float32, "", False), (32, jnp.float32, "1", True), (16, jnp.bfloat16, "1", True)])

@@ -131,6 +131,13 @@ __device__ __forceinline__ void wgmma_wait() {
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %20, %18;\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
         : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(scale_d), "n"(TRANS_A))
+#define JBS_WGMMA_SS_M64N64(INSTR) \
+  asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n" \
+        "wgmma.mma_async.sync.aligned." INSTR " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %36, %34;\n}\n" \
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+        : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(scale_d), "n"(TRANS_A))
 #define JBS_WGMMA_SS_M64N128(INSTR) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %67, 0;\n" \
@@ -186,7 +193,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 // core matrix row holds 8 m of one k), as TRANS_B = 1 reads B N-major.
 template <typename T, int N, int TRANS_B, int TRANS_A = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int scale_d = 1) {
-  static_assert(N == 16 || N == 32 || N == 128, "wgmma_ss: N of 16, 32 or 128");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma_ss: N of 16, 32, 64 or 128");
 #ifdef JBS_WGMMA_AVAILABLE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kBf16 || std::is_same_v<T, __half>, "wgmma_ss takes bf16 or f16 operands");
@@ -196,6 +203,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, 
   } else if constexpr (N == 32) {
     if constexpr (kBf16) JBS_WGMMA_SS_M64N32("m64n32k16.f32.bf16.bf16");
     else JBS_WGMMA_SS_M64N32("m64n32k16.f32.f16.f16");
+  } else if constexpr (N == 64) {
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N64("m64n64k16.f32.bf16.bf16");
+    else JBS_WGMMA_SS_M64N64("m64n64k16.f32.f16.f16");
   } else {
     if constexpr (kBf16) JBS_WGMMA_SS_M64N128("m64n128k16.f32.bf16.bf16");
     else JBS_WGMMA_SS_M64N128("m64n128k16.f32.f16.f16");

@@ -20,6 +20,7 @@
 #include "matmul/bsmm_dw_kernel.cuh"
 #include "matmul/bsmm_dw_panel_kernel.cuh"
 #include "matmul/bsmm_group_kernel.cuh"
+#include "matmul/bsmm_group_tma_kernel.cuh"
 #include "matmul/bsmm_group_wgmma_kernel.cuh"
 #include "matmul/bsmm_group_ws_kernel.cuh"
 #include "matmul/bsmm_panel_dw_kernel.cuh"
@@ -284,6 +285,79 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
     return launch_wgmma_kernel<T, BS, TRANS, GATHER, false>(p, grid, stream);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_group_wgmma() is false for these
+  }
+}
+
+// Whether the TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh) serves this
+// call: 16-bit types at bs 32 and 64, a plain matrix (not a conv's gathered pixels), on
+// sm_90, for large N. At 8192^3 (H100, benchmarks/NOTES.md, session 30) its replica
+// ran 1.65-1.84x faster than the wgmma group kernel at bs 64 and 1.22-1.31x at bs 32,
+// densities 1/2 to 1/8, including where the one-column kernel had served (reuse below
+// min_wgmma_reuse), so it takes every such call from kWgmmaMinRows rows.
+// JBS_GROUP_TMA=0/1 forces it off/on; JBS_GROUPS and JBS_WGMMA, which force the older
+// group kernels, turn it off unless JBS_GROUP_TMA=1.
+inline int group_tma_env() { return env_switch("JBS_GROUP_TMA"); }
+
+// The tensor maps of the kernel's two operands; false where the driver refuses them.
+template <typename T, int BS>
+bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
+  using Cfg = GroupTmaConfig<T, BS>;
+  const CUtensorMapSwizzle swizzle = BS == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * 2;
+  const bool in_shared = a.in_group_stride == 0 || a.groups == 1;
+  const uint64_t in_group_bytes = in_shared ? row_bytes * static_cast<uint64_t>(a.rows)
+                                            : static_cast<uint64_t>(a.in_group_stride) * 2;
+  const uint64_t in_groups = in_shared ? 1 : static_cast<uint64_t>(a.groups);
+  const uint64_t in_dims[5] = {static_cast<uint64_t>(a.in_cols), static_cast<uint64_t>(a.rows), in_groups, 1, 1};
+  const uint64_t in_strides[4] = {row_bytes, in_group_bytes, in_group_bytes * in_groups, in_group_bytes * in_groups};
+  const uint32_t in_box[5] = {BS, Cfg::kTN, 1, 1, 1};
+  const uint64_t w_rows = static_cast<uint64_t>(a.nnz) * BS;
+  const bool w_shared = a.w_group_stride == 0 || a.groups == 1;
+  const uint64_t w_group_bytes = w_shared ? w_rows * BS * 2 : static_cast<uint64_t>(a.w_group_stride) * 2;
+  const uint64_t w_groups = w_shared ? 1 : static_cast<uint64_t>(a.groups);
+  const uint64_t w_dims[5] = {BS, w_rows, w_groups, 1, 1};
+  const uint64_t w_strides[4] = {BS * 2, w_group_bytes, w_group_bytes * w_groups, w_group_bytes * w_groups};
+  const uint32_t w_box[5] = {BS, BS, 1, 1, 1};
+  p->in_group_step = in_shared ? 0 : 1;
+  p->w_group_step = w_shared ? 0 : 1;
+  return encode_tensor_map_16bit(&p->in_map, a.in, in_dims, in_strides, in_box, swizzle) &&
+         encode_tensor_map_16bit(&p->w_map, a.w, w_dims, w_strides, w_box, swizzle);
+}
+
+// Whether the kernel runs; if so, *p holds its parameters (the tensor maps are encoded
+// once per launch, through the driver).
+template <typename T, int BS>
+bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
+#ifdef JBS_HAVE_SM90A
+  if constexpr (kGroupTmaSupported<T, BS>) {
+    const int env = group_tma_env();
+    if (env == 0 || a.gathered || a.group_items == nullptr || a.group_width != 128 / BS ||
+        a.num_group_items <= 0 || a.nnz <= 0 || a.rows <= kStreamMaxRowsHost ||
+        a.rows > int64_t{INT32_MAX} - GroupTmaConfig<T, BS>::kTN || a.nnz > INT32_MAX / BS || !device_is_sm90()) {
+      return false;
+    }
+    if (env < 0 && (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0)) return false;
+    static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
+                                                    a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
+    p->group_offsets = a.group_offsets;
+    p->group_items = a.group_items;
+    p->num_groups = static_cast<int>(a.num_groups);
+    p->row_tiles = static_cast<int>((a.rows + GroupTmaConfig<T, BS>::kTN - 1) / GroupTmaConfig<T, BS>::kTN);
+    return group_tma_maps<T, BS>(a, p);
+  }
+#endif
+  return false;
+}
+
+template <typename T, int BS, bool TRANS>
+cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaParams& p, cudaStream_t stream) {
+  if constexpr (kGroupTmaSupported<T, BS>) {
+    using Cfg = GroupTmaConfig<T, BS>;
+    // The handlers guarantee num_groups * row tiles < 2^31 and groups <= 65535.
+    const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups));
+    return launch_kernel(bsmm_group_tma_kernel<T, BS, TRANS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  } else {
+    return cudaErrorNotSupported;  // unreachable: use_group_tma() is false for these
   }
 }
 
@@ -1022,6 +1096,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
         }
         if (a.gathered && use_conv_halo_ss<T, BS>(a)) return launch_conv_halo_ss_variant<T, BS, TRANS>(a, stream);
         if (a.gathered && use_conv_halo<T, BS>(a)) return launch_conv_halo_variant<T, BS, TRANS>(a, stream);
+        if (GroupTmaParams tp; use_group_tma<T, BS>(a, &tp)) return launch_group_tma_variant<T, BS, TRANS>(a, tp, stream);
         if (use_group_wgmma<T, BS>(a)) {
           return a.gathered ? launch_group_wgmma_variant<T, BS, TRANS, true>(a, stream)
                             : launch_group_wgmma_variant<T, BS, TRANS, false>(a, stream);

@@ -196,9 +196,24 @@ def _packs(itemsize: int, block_size: int, precision: int) -> bool:
     return block_size >= 16 and precision == precision_lib.DEFAULT
 
 
+# The TMA-fed group kernel (cuda/matmul/bsmm_launch.cuh: use_group_tma, the same rule)
+# reads the row-major activation: where it takes the call, no packed copy is made.
+_GROUP_TMA_MIN_ROWS = 512
+
+
+def _group_tma_takes(itemsize: int, block_size: int, rows: int) -> bool:
+    forced = os.environ.get("JBS_GROUP_TMA", "")
+    if forced[:1] == "0" or itemsize != 2 or block_size not in (32, 64):
+        return False
+    if forced:
+        return True
+    return rows >= _GROUP_TMA_MIN_ROWS and not os.environ.get("JBS_GROUPS") and not os.environ.get("JBS_WGMMA")
+
+
 def _packed_scratch_floats(a, block_size: int, precision: int) -> int:
     """float32 elements that hold the packed copy of activation ``a`` (G or 1, N, C), or 0."""
-    if not _packs(a.dtype.itemsize, block_size, precision) or a.shape[1] <= _STREAM_MAX_ROWS:
+    if (not _packs(a.dtype.itemsize, block_size, precision) or a.shape[1] <= _STREAM_MAX_ROWS
+            or _group_tma_takes(a.dtype.itemsize, block_size, a.shape[1])):
         return 0
     rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
     return a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4

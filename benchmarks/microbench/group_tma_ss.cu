@@ -1,0 +1,303 @@
+// How fast can the large-N forward (y = x W, W block-sparse) go when every operand
+// comes by TMA and both wgmma operands are read from shared memory? A stand-alone
+// replica of the column-group walk of cuda/matmul/bsmm_group_ws_kernel.cuh (CTA tile
+// of 256 rows x 128 columns = P = 128 / BS block columns, one union item per input
+// block row present in the group) with a different feed:
+//   * jbs's kernel: 128 loader threads issue 16-byte cp.asyncs for the activation tile
+//     and the present weight blocks; the consumers load A fragments into registers
+//     (RS wgmma). Sessions 4-9 measured ~4.4-4.7 TB/s of L2 -> SM traffic, 31-39% of
+//     the dense rate at bs 64 (benchmarks/NOTES.md).
+//   * here: one thread issues a 2-D TMA box for the activation tile (BS channels x 256
+//     rows, swizzled by the row's width) and one per present weight block (BS x BS,
+//     the same swizzle); the consumers' wgmmas read both from shared memory (SS), so
+//     nothing passes through registers. This is how cuBLAS feeds its ~790 TFLOP/s
+//     8192^3 dense product, ~9 TB/s into shared memory.
+// The question it answers: whether the feed, not the byte count, is what holds jbs's
+// 8192^3 rows at 31-39%; if this replica reaches ~9 TB/s into shared memory, bs 64 at
+// 1/2 runs at ~75% of the dense rate (64 FLOP per byte delivered).
+//
+//   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+//     -o /tmp/group_tma_ss benchmarks/microbench/group_tma_ss.cu && /tmp/group_tma_ss
+//
+// Checks 256 output elements against a float64 sum on the host before timing. Kept as the
+// record of session 30's measurement; the production kernel it led to is
+// cuda/matmul/bsmm_group_tma_kernel.cuh (same feed, plus tables, weight groups and edges).
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "common/mbarrier.cuh"
+#include "common/smem.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+
+namespace {
+
+using T = __nv_bfloat16;
+constexpr int kTN = 256;  // rows per CTA: two consumer warpgroups x two m64 halves
+
+#define CHECK(x)                                                              \
+  do {                                                                        \
+    cudaError_t e = (x);                                                      \
+    if (e != cudaSuccess) {                                                   \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(1);                                                           \
+    }                                                                         \
+  } while (0)
+
+template <int BS>
+struct Cfg {
+  static constexpr int kP = 128 / BS;
+  static constexpr int kRowBytes = BS * 2;  // a tile row: one swizzle width
+  static constexpr int kXBytes = kTN * kRowBytes;
+  static constexpr int kBlockBytes = BS * kRowBytes;
+  static constexpr int kSlotBytes = kXBytes + kP * kBlockBytes;
+  static constexpr int kStages = 196 * 1024 / kSlotBytes < 8 ? 196 * 1024 / kSlotBytes : 8;
+  static constexpr int kSmem = kStages * kSlotBytes + 1024;
+  static constexpr uint64_t kLayoutType = BS == 64 ? 1 : 2;  // 128- or 64-byte swizzle
+  static constexpr uint32_t kAtomBytes = 8 * kRowBytes;     // SBO: 8 rows
+};
+
+template <int BS>
+__device__ __forceinline__ uint64_t desc(const void* p) {
+  return jbs::wgmma_desc(p, 16, Cfg<BS>::kAtomBytes) | (Cfg<BS>::kLayoutType << 62);
+}
+
+struct Params {
+  CUtensorMap x_map;  // x (rows, C) in boxes of BS channels x 256 rows
+  CUtensorMap w_map;  // w (nnz * BS, BS) in boxes of BS x BS
+  const int* offsets;  // (groups + 1)
+  const int* items;    // (items, 1 + P): input block, block of column 0 .. P-1 or -1
+  T* y;
+  int groups, row_tiles, out_cols, band;
+};
+
+template <int BS>
+__global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ Params p) {
+  using C = Cfg<BS>;
+  constexpr int kP = C::kP;
+  __shared__ uint64_t full[C::kStages], empty[C::kStages];
+  __shared__ int masks[C::kStages];
+  unsigned char* raw = jbs::dynamic_smem();
+  unsigned char* smem = raw + ((1024 - (jbs::smem_u32(raw) & 1023)) & 1023);
+  // CTA id -> (row tile, group) in bands of `band` row tiles, so a wave shares a few
+  // row tiles' activations and a run of groups' weights.
+  const int id = blockIdx.x;
+  const int per_band = p.band * p.groups;
+  const int band = id / per_band, in_band = id % per_band;
+  const int rows_in_band = min(p.band, p.row_tiles - band * p.band);
+  const int group = in_band / rows_in_band, row_tile = band * p.band + in_band % rows_in_band;
+  const int beg = p.offsets[group], end = p.offsets[group + 1];
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      jbs::mbarrier_init(full + s, 1);
+      jbs::mbarrier_init(empty + s, 8);
+    }
+    jbs::mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (tid >= 256) {
+    jbs::warpgroup_reg_dealloc<40>();
+    if (tid == 256) {
+      int stage = 0;
+      uint32_t round = 0;
+      for (int i = beg; i < end; ++i) {
+        const int* row = p.items + static_cast<int64_t>(i) * (1 + kP);
+        int blocks[kP];
+        unsigned present = 0;
+        int count = 0;
+#pragma unroll
+        for (int c = 0; c < kP; ++c) {
+          blocks[c] = __ldg(row + 1 + c);
+          if (blocks[c] >= 0) present |= 1u << c, ++count;
+        }
+        const int input = __ldg(row);
+        jbs::mbarrier_wait(empty + stage, (round & 1) ^ 1);
+        masks[stage] = static_cast<int>(present);
+        jbs::mbarrier_arrive_expect_tx(full + stage, C::kXBytes + count * C::kBlockBytes);
+        unsigned char* slot = smem + stage * C::kSlotBytes;
+        jbs::tma_load_5d(slot, &p.x_map, input * BS, row_tile * kTN, 0, 0, 0, full + stage);
+#pragma unroll
+        for (int c = 0; c < kP; ++c) {
+          if (blocks[c] >= 0) {
+            jbs::tma_load_5d(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS, 0, 0, 0,
+                             full + stage);
+          }
+        }
+        if (++stage == C::kStages) stage = 0, ++round;
+      }
+    }
+    return;
+  }
+  jbs::warpgroup_reg_alloc<232>();
+  const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  float acc[2][kP][BS / 8][4] = {};
+  int stage = 0, prev = -1;
+  uint32_t round = 0;
+  for (int i = beg; i < end; ++i) {
+    jbs::mbarrier_wait(full + stage, round & 1);
+    const unsigned present = static_cast<unsigned>(masks[stage]);
+    unsigned char* slot = smem + stage * C::kSlotBytes;
+    jbs::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t a = desc<BS>(slot + (wg * 128 + h * 64) * C::kRowBytes);
+#pragma unroll
+      for (int c = 0; c < kP; ++c) {
+        if (present & (1u << c)) {
+          const uint64_t b = desc<BS>(slot + C::kXBytes + c * C::kBlockBytes);
+#pragma unroll
+          for (int ks = 0; ks < BS / 16; ++ks) {
+            // A K-major: a k-step is 32 bytes along the row; B N-major: 16 rows further.
+            jbs::wgmma_ss<T, BS, 1, 0>(acc[h][c], a + ks * 2, b + ks * 16 * C::kRowBytes / 16);
+          }
+        }
+      }
+    }
+    jbs::wgmma_commit();
+    jbs::wgmma_wait<1>();
+    if (prev >= 0) jbs::mbarrier_arrive_warp(empty + prev, lane);
+    prev = stage;
+    if (++stage == C::kStages) stage = 0, ++round;
+  }
+  jbs::wgmma_wait<0>();
+  // Straight from the accumulators: rows 16 (warp % 4) + lane / 4 (+ 8), columns 2 (lane % 4) of each 8.
+  const int r0 = row_tile * kTN + wg * 128 + (warp & 3) * 16 + lane / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int c = 0; c < kP; ++c) {
+#pragma unroll
+      for (int nt = 0; nt < BS / 8; ++nt) {
+        const int col = (group * kP + c) * BS + nt * 8 + 2 * (lane & 3);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t r = r0 + h * 64 + half * 8;
+          __nv_bfloat162 v = __floats2bfloat162_rn(acc[h][c][nt][2 * half], acc[h][c][nt][2 * half + 1]);
+          *reinterpret_cast<__nv_bfloat162*>(p.y + r * p.out_cols + col) = v;
+        }
+      }
+    }
+  }
+}
+
+template <int BS>
+void run(int n, double density, int band, double dense_tflops) {
+  using C = Cfg<BS>;
+  const int cb = n / BS, kb = n / BS, P = C::kP, groups = kb / P;
+  std::mt19937 rng(1234 + BS);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<int> block_at(static_cast<size_t>(cb) * kb, -1);
+  int nnz = 0;
+  for (int c = 0; c < cb; ++c)
+    for (int k = 0; k < kb; ++k)
+      if (u(rng) < density) block_at[static_cast<size_t>(c) * kb + k] = nnz++;
+  std::vector<int> offsets{0}, items;
+  for (int g = 0; g < groups; ++g) {
+    for (int c = 0; c < cb; ++c) {
+      bool any = false;
+      for (int j = 0; j < P; ++j) any |= block_at[static_cast<size_t>(c) * kb + g * P + j] >= 0;
+      if (!any) continue;
+      items.push_back(c);
+      for (int j = 0; j < P; ++j) items.push_back(block_at[static_cast<size_t>(c) * kb + g * P + j]);
+    }
+    offsets.push_back(static_cast<int>(items.size() / (1 + P)));
+  }
+  std::vector<T> hx(static_cast<size_t>(n) * n), hw(static_cast<size_t>(nnz) * BS * BS);
+  for (auto& v : hx) v = __float2bfloat16(static_cast<float>(u(rng) * 2 - 1));
+  for (auto& v : hw) v = __float2bfloat16(static_cast<float>(u(rng) * 2 - 1));
+  T *x, *w, *y;
+  int *d_off, *d_items;
+  CHECK(cudaMalloc(&x, hx.size() * 2));
+  CHECK(cudaMalloc(&w, hw.size() * 2));
+  CHECK(cudaMalloc(&y, static_cast<size_t>(n) * n * 2));
+  CHECK(cudaMalloc(&d_off, offsets.size() * 4));
+  CHECK(cudaMalloc(&d_items, items.size() * 4));
+  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(d_off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(d_items, items.data(), items.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(y, 0, static_cast<size_t>(n) * n * 2));
+  Params p{};
+  const CUtensorMapSwizzle sw = BS == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  if (!jbs::encode_tensor_map_16bit(&p.x_map, x, {uint64_t(n), uint64_t(n), 1, 1, 1},
+                                    {uint64_t(n) * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2},
+                                    {BS, kTN, 1, 1, 1}, sw) ||
+      !jbs::encode_tensor_map_16bit(&p.w_map, w, {BS, uint64_t(nnz) * BS, 1, 1, 1},
+                                    {BS * 2, uint64_t(nnz) * BS * BS * 2, uint64_t(nnz) * BS * BS * 2,
+                                     uint64_t(nnz) * BS * BS * 2},
+                                    {BS, BS, 1, 1, 1}, sw)) {
+    std::printf("tensor map encoding failed\n");
+    std::exit(1);
+  }
+  p.offsets = d_off;
+  p.items = d_items;
+  p.y = y;
+  p.groups = groups;
+  p.row_tiles = n / kTN;
+  p.out_cols = n;
+  p.band = band;
+  auto kernel = group_tma_ss<BS>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  const int grid = groups * p.row_tiles;
+  kernel<<<grid, 384, C::kSmem>>>(p);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::vector<T> hy(static_cast<size_t>(n) * n);
+  CHECK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int t = 0; t < 256; ++t) {
+    const int r = static_cast<int>(u(rng) * n), col = static_cast<int>(u(rng) * n);
+    double ref = 0, mag = 0;
+    const int k = col / BS, kc = col % BS;
+    for (int c = 0; c < cb; ++c) {
+      const int b = block_at[static_cast<size_t>(c) * kb + k];
+      if (b < 0) continue;
+      for (int i = 0; i < BS; ++i) {
+        const double term = double(__bfloat162float(hx[static_cast<size_t>(r) * n + c * BS + i])) *
+                            __bfloat162float(hw[(static_cast<size_t>(b) * BS + i) * BS + kc]);
+        ref += term;
+        mag += std::fabs(term);
+      }
+    }
+    const double err = std::fabs(__bfloat162float(hy[static_cast<size_t>(r) * n + col]) - ref) / (mag + 1e-30);
+    worst = std::max(worst, err);
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 3; ++i) kernel<<<grid, 384, C::kSmem>>>(p);
+  constexpr int kReps = 20;
+  cudaEventRecord(e0);
+  for (int i = 0; i < kReps; ++i) kernel<<<grid, 384, C::kSmem>>>(p);
+  cudaEventRecord(e1);
+  CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  const double us = ms * 1000 / kReps;
+  const double flop = 2.0 * n * static_cast<double>(nnz) * BS * BS;
+  const int n_items = offsets.back();
+  const double smem_bytes = static_cast<double>(p.row_tiles) * (double(n_items) * C::kXBytes + double(nnz) * C::kBlockBytes);
+  std::printf("bs %2d density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
+              "items %d, blocks/item %.2f, stages %d, max rel err %.2e%s\n",
+              BS, 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
+              smem_bytes / us * 1e-6, n_items, double(nnz) / n_items, C::kStages, worst,
+              worst < 1e-3 ? "" : "  WRONG");
+  cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double dense = argc > 1 ? std::atof(argv[1]) : 790.0;  // TFLOP/s of the dense dot, measured elsewhere
+  for (double d : {1.0, 0.5, 0.25, 0.125}) run<64>(8192, d, 4, dense);
+  for (double d : {0.5, 0.25, 0.125}) run<64>(8192, d, 8, dense);
+  for (double d : {1.0, 0.5, 0.25, 0.125}) run<32>(8192, d, 4, dense);
+  return 0;
+}

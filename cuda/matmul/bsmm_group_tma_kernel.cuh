@@ -1,0 +1,206 @@
+// Large-N forward / input-gradient kernel over column groups, fed by TMA: both
+// wgmma operands come from shared memory, and nothing passes through registers
+// on the way in. 16-bit types, blocks of 32 or 64, sm_90a.
+//
+// The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
+// a CTA owns a tile of 256 rows x P = 128 / BS output block columns and walks the
+// union of its columns' input blocks ("items", matmul tables: group_items), so each
+// activation tile it loads feeds every block of the item. What differs is the feed:
+//  * the wgmma group kernels copy the activation tile and the blocks with 16-byte
+//    cp.asyncs from 128 threads and load A fragments into registers (RS wgmma).
+//    They moved ~4.4-4.7 TB/s from L2 and ran at 31-39% of the dense rate at bs 64
+//    (benchmarks/NOTES.md, sessions 4-9);
+//  * here one thread issues a 2-D TMA box per operand: the activation tile (BS
+//    channels x 256 rows) and each present weight block (BS x BS), both swizzled by
+//    their row width (128 bytes at bs 64, 64 at bs 32). The consumers' wgmmas read
+//    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot.
+//    A stand-alone replica measured 7.9 TB/s into shared memory at bs 64, 1/2:
+//    1.84x the wgmma group kernel (benchmarks/NOTES.md, session 30).
+//
+// Warp specialized (common/warp_roles.cuh): one loader thread fills a ring of slots,
+// each as soon as both consumer warpgroups have released it; the consumers (128 rows
+// each, two m64 halves) keep one item's wgmmas in flight while they wait for the
+// next. Rows past the end load as zeros (TMA) and are not stored. Items are summed
+// in table order by fixed warpgroups: bitwise deterministic.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/dtype.cuh"
+#include "common/mbarrier.cuh"
+#include "common/ptx.cuh"
+#include "common/smem.cuh"
+#include "common/tma.cuh"
+#include "common/warp_roles.cuh"
+#include "common/wgmma.cuh"
+#include "matmul/bsmm_blocks_kernel.cuh"  // FwdDxOperands
+#include "matmul/tile_io.cuh"
+
+namespace jbs {
+
+template <typename T, int BS>
+inline constexpr bool kGroupTmaSupported = kIs16Bit<T> && (BS == 32 || BS == 64);
+
+struct GroupTmaParams : FwdDxOperands {
+  CUtensorMap in_map;  // `in` as (in_cols, rows, input groups) in boxes of BS channels x 256 rows
+  CUtensorMap w_map;   // the weight blocks as (BS, nnz * BS rows, weight groups) in boxes of BS x BS
+  const int32_t* group_offsets;  // (num_groups + 1)
+  const int32_t* group_items;    // (union items, 1 + P): input block, then column c's block or -1
+  int num_groups;
+  int row_tiles;
+  int in_group_step;  // 1, or 0 where `in` is shared by the weight groups
+  int w_group_step;   // the same for the weights
+};
+
+template <typename T, int BS>
+struct GroupTmaConfig : WarpRoles<40, 232> {
+  static constexpr int kP = 128 / BS;
+  static constexpr int kTN = 256;
+  static constexpr int kRowBytes = BS * 2;  // one swizzle span: 128 bytes at bs 64, 64 at bs 32
+  static constexpr int kTileBytes = kTN * kRowBytes;
+  static constexpr int kBlockBytes = BS * kRowBytes;
+  static constexpr int kSlotBytes = kTileBytes + kP * kBlockBytes;
+  // As many slots as 196 KB hold (4 at bs 64, 8 at bs 32).
+  static constexpr int kStages = 196 * 1024 / kSlotBytes < 8 ? 196 * 1024 / kSlotBytes : 8;
+  static constexpr int kLdC = 128 + 8;  // the epilogue's staged fp32 rows, in the drained ring
+  static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
+  // + 1 KB to align the ring to the swizzle's atoms.
+  static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
+  static constexpr uint64_t kSwizzleMode = BS == 64 ? 1 : 2;  // descriptor layout type: 128- / 64-byte swizzle
+  static constexpr uint32_t kAtomBytes = 8 * kRowBytes;      // 8 rows: the descriptor's stride (SBO)
+  // CTAs run in bands of kBand row tiles x every group (the band's row tiles
+  // innermost), so a wave shares a few row tiles' activations and its groups'
+  // weights in L2. 4 measured 1-8% faster than 8 (benchmarks/NOTES.md, session 30).
+  static constexpr int kBand = 4;
+};
+
+template <typename T, int BS>
+__device__ __forceinline__ uint64_t group_tma_desc(const void* smem) {
+  using Cfg = GroupTmaConfig<T, BS>;
+  return wgmma_desc(smem, 16, Cfg::kAtomBytes) | (Cfg::kSwizzleMode << 62);
+}
+
+template <typename T, int BS, bool TRANS>
+__global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
+    bsmm_group_tma_kernel(const __grid_constant__ GroupTmaParams p) {
+  using Cfg = GroupTmaConfig<T, BS>;
+  constexpr int kP = Cfg::kP;
+  constexpr int kStages = Cfg::kStages;
+  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ int masks[kStages];  // the item's present columns, bit c for column c
+  unsigned char* const raw = dynamic_smem();
+  unsigned char* const ring = raw + ((1024 - (smem_u32(raw) & 1023)) & 1023);
+
+  // blockIdx.x -> (row tile, group) in bands of kBand row tiles; blockIdx.y = weight group.
+  const int per_band = Cfg::kBand * p.num_groups;
+  const int band = static_cast<int>(blockIdx.x) / per_band, in_band = static_cast<int>(blockIdx.x) % per_band;
+  const int band_rows = min(Cfg::kBand, p.row_tiles - band * Cfg::kBand);
+  const int group = in_band / band_rows;
+  const int row_tile = band * Cfg::kBand + in_band % band_rows;
+  const int g = static_cast<int>(blockIdx.y);
+  const int beg = __ldg(p.group_offsets + group), end = __ldg(p.group_offsets + group + 1);
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full + s, 1);                           // the loader's arrival with the bytes
+      mbarrier_init(empty + s, Cfg::kConsumerThreads / 32);  // one arrival per consumer warp
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (tid >= Cfg::kConsumerThreads) {
+    warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
+    if (tid == Cfg::kConsumerThreads) {
+      int stage = 0;
+      uint32_t round = 0;
+      const int in_g = g * p.in_group_step, w_g = g * p.w_group_step;
+      for (int i = beg; i < end; ++i) {
+        const int32_t* row = p.group_items + static_cast<int64_t>(i) * (1 + kP);
+        int blocks[kP];
+        unsigned present = 0;
+        int count = 0;
+#pragma unroll
+        for (int c = 0; c < kP; ++c) {
+          blocks[c] = __ldg(row + 1 + c);
+          if (blocks[c] >= 0) present |= 1u << c, ++count;
+        }
+        const int input = __ldg(row);
+        mbarrier_wait(empty + stage, (round & 1) ^ 1);
+        masks[stage] = static_cast<int>(present);  // published by the arrival below (release)
+        mbarrier_arrive_expect_tx(full + stage, Cfg::kTileBytes + count * Cfg::kBlockBytes);
+        unsigned char* const slot = ring + stage * Cfg::kSlotBytes;
+        tma_load_5d(slot, &p.in_map, input * BS, row_tile * Cfg::kTN, in_g, 0, 0, full + stage);
+#pragma unroll
+        for (int c = 0; c < kP; ++c) {
+          if (blocks[c] >= 0) {
+            tma_load_5d(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes, &p.w_map, 0, blocks[c] * BS, w_g, 0, 0,
+                        full + stage);
+          }
+        }
+        if (++stage == kStages) stage = 0, ++round;
+      }
+    }
+    return;
+  }
+
+  warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // uniform, so the MMA branches are too
+  float acc[2][kP][1][BS / 8][4] = {};
+  int stage = 0, previous = -1;
+  uint32_t round = 0;
+  for (int i = beg; i < end; ++i) {
+    mbarrier_wait(full + stage, round & 1);
+    const unsigned present = static_cast<unsigned>(masks[stage]);
+    unsigned char* const slot = ring + stage * Cfg::kSlotBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t a = group_tma_desc<T, BS>(slot + (wg * 128 + h * 64) * Cfg::kRowBytes);
+#pragma unroll
+      for (int c = 0; c < kP; ++c) {
+        if (present & (1u << c)) {
+          const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes);
+#pragma unroll
+          for (int ks = 0; ks < BS / 16; ++ks) {
+            // A: a k-step is 32 bytes along its rows. B: N-major (fwd), 16 of its rows
+            // further; K-major (dx reads W^T), 32 bytes along them. Descriptors count 16 bytes.
+            const uint64_t b_step = TRANS ? 2 * ks : ks * 16 * Cfg::kRowBytes / 16;
+            wgmma_ss<T, BS, TRANS ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step);
+          }
+        }
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous item's wgmmas have retired: release its slot
+    if (previous >= 0) mbarrier_arrive_warp(empty + previous, lane);
+    previous = stage;
+    if (++stage == kStages) stage = 0, ++round;
+  }
+  wgmma_wait<0>();
+
+  // Epilogue: both warpgroups' rows at once through the drained ring, then 16-byte stores.
+  named_barrier_sync(1, Cfg::kConsumerThreads);  // no consumer reads the ring any more
+  float* const cs = reinterpret_cast<float*>(ring) + wg * 128 * Cfg::kLdC;
+  const int row_in_wg = (warp & 3) * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int c = 0; c < kP; ++c) stage_acc<1, BS / 8, 128>(cs, Cfg::kLdC, h * 64 + row_in_wg, c * BS, acc[h][c], lane);
+  }
+  named_barrier_sync(2 + wg, 128);
+  const int64_t n0 = static_cast<int64_t>(row_tile) * Cfg::kTN + wg * 128;
+  const int rows = static_cast<int>(p.rows - n0 < 128 ? p.rows - n0 : 128);
+  const int out_blocks = static_cast<int>(p.out_cols / BS);
+  const int num_cols = out_blocks - group * kP < kP ? out_blocks - group * kP : kP;
+  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols +
+                 static_cast<int64_t>(group) * kP * BS;
+  for (int c = 0; c < num_cols && rows > 0; ++c) {
+    store_tile<T, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0, out + c * BS, p.out_cols, rows, tid & 127);
+  }
+}
+
+}  // namespace jbs
