@@ -284,6 +284,25 @@ def test_large_n_scratch_skips_the_packed_copy_for_the_tma_kernel(monkeypatch, b
     assert (_fwd_scratch_floats(block_size, 600) >= room) == packed
 
 
+@pytest.mark.parametrize("block_size,precision,setting,copy", [
+    (32, None, "", True), (32, "highest", "", False), (64, None, "", False), (16, None, "", False),
+    (32, None, "0", False)])
+def test_large_n_fp32_forward_scratch_holds_the_transposed_weights(monkeypatch, block_size, precision,
+                                                                   setting, copy):
+    """The TMA kernel's fp32 forward (tf32, bs 32) reads a transposed copy of the weight blocks
+    from the scratch result: room for it (nnz * bs^2 floats) where that kernel takes the call,
+    none where it does not (HIGHEST, other block sizes, JBS_GROUP_TMA=0; the activation's packed
+    copy then fills the scratch, so the layout here is tall enough to tell them apart)."""
+    for name in ("JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JBS_GROUP_TMA", setting)
+    layout = np.ones((40, 2), bool)
+    floats = _fwd_scratch_floats(block_size, 600, jnp.float32, precision, layout)
+    packed = 768 * 40 * block_size
+    assert (floats == 80 * block_size * block_size) == copy
+    assert (floats >= packed) == (not copy and precision is None)
+
+
 @pytest.mark.parametrize("block_size,dtype,setting,tiled", [
     (8, jnp.bfloat16, "", True), (8, jnp.bfloat16, "0", False), (16, jnp.bfloat16, "", False),
     (8, jnp.float32, "", False), (32, jnp.float32, "1", True), (16, jnp.bfloat16, "1", True)])

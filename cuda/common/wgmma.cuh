@@ -115,34 +115,34 @@ __device__ __forceinline__ void wgmma_wait() {
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3]) \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B), "r"(1))
 // The SS forms (A from shared memory too: TRANS_A = 0, K-major, core matrices of 8
-// rows of 16 B of k, LBO along k, SBO along m; TRANS_A = 1, M-major), 16-bit types
-// only; scale_d 0 ignores d.
-#define JBS_WGMMA_SS_M64N16(INSTR) \
+// rows of 16 B of k, LBO along k, SBO along m; TRANS_A = 1, M-major); TAIL the
+// transpose operands (", %a, %b") or "" for tf32, which has none; scale_d 0 ignores d.
+#define JBS_WGMMA_SS_M64N16(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %11, 0;\n" \
         "wgmma.mma_async.sync.aligned." INSTR " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %12, %10;\n}\n" \
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]) \
         : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(scale_d), "n"(TRANS_A))
-#define JBS_WGMMA_SS_M64N32(INSTR) \
+#define JBS_WGMMA_SS_M64N32(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %19, 0;\n" \
         "wgmma.mma_async.sync.aligned." INSTR " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %20, %18;\n}\n" \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
         : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(scale_d), "n"(TRANS_A))
-#define JBS_WGMMA_SS_M64N64(INSTR) \
+#define JBS_WGMMA_SS_M64N64(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n" \
         "wgmma.mma_async.sync.aligned." INSTR " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %36, %34;\n}\n" \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
         : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(scale_d), "n"(TRANS_A))
-#define JBS_WGMMA_SS_M64N128(INSTR) \
+#define JBS_WGMMA_SS_M64N128(INSTR, TAIL) \
   asm volatile( \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %67, 0;\n" \
         "wgmma.mma_async.sync.aligned." INSTR " " \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %68, %66;\n}\n" \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1" TAIL ";\n}\n" \
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
         : "l"(desc_a), "l"(desc_b), "n"(TRANS_B), "r"(scale_d), "n"(TRANS_A))
 #endif
@@ -185,8 +185,10 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 }
 
 // d += A * B for one k-step with A (64 x 16) read from shared memory through
-// desc_a: m64nNk16, 16-bit types. Used where A's rows are a shifted window of a
-// shared tile, so a descriptor offset replaces per-lane fragment loads.
+// desc_a: m64nNk16, 16-bit types; m64nNk8 for fp32 as tf32 (A and B K-major only:
+// TRANS_A = TRANS_B = 0; the hardware ignores the mantissa bits tf32 lacks). Used
+// where A's rows are a shifted window of a shared tile, so a descriptor offset
+// replaces per-lane fragment loads, and where TMA fills both operands.
 // scale_d = 0: d = A * B, for a first k-step that must not read d (zeroing d
 // instead is a non-wgmma write of its registers, which makes ptxas serialize every
 // wgmma whose pipeline stage it falls in, C7515). TRANS_A = 1 reads A M-major (a
@@ -196,19 +198,26 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, 
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma_ss: N of 16, 32, 64 or 128");
 #ifdef JBS_WGMMA_AVAILABLE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  static_assert(kBf16 || std::is_same_v<T, __half>, "wgmma_ss takes bf16 or f16 operands");
-  if constexpr (N == 16) {
-    if constexpr (kBf16) JBS_WGMMA_SS_M64N16("m64n16k16.f32.bf16.bf16");
-    else JBS_WGMMA_SS_M64N16("m64n16k16.f32.f16.f16");
+  constexpr bool kTf32 = std::is_same_v<T, float>;
+  static_assert(kBf16 || kTf32 || std::is_same_v<T, __half>, "wgmma_ss takes bf16, f16 or fp32 (tf32) operands");
+  static_assert(!kTf32 || (TRANS_A == 0 && TRANS_B == 0), "tf32 wgmma reads A and B K-major only");
+  if constexpr (kTf32) {
+    if constexpr (N == 16) JBS_WGMMA_SS_M64N16("m64n16k8.f32.tf32.tf32", "");
+    else if constexpr (N == 32) JBS_WGMMA_SS_M64N32("m64n32k8.f32.tf32.tf32", "");
+    else if constexpr (N == 64) JBS_WGMMA_SS_M64N64("m64n64k8.f32.tf32.tf32", "");
+    else JBS_WGMMA_SS_M64N128("m64n128k8.f32.tf32.tf32", "");
+  } else if constexpr (N == 16) {
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N16("m64n16k16.f32.bf16.bf16", ", %12, %10");
+    else JBS_WGMMA_SS_M64N16("m64n16k16.f32.f16.f16", ", %12, %10");
   } else if constexpr (N == 32) {
-    if constexpr (kBf16) JBS_WGMMA_SS_M64N32("m64n32k16.f32.bf16.bf16");
-    else JBS_WGMMA_SS_M64N32("m64n32k16.f32.f16.f16");
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N32("m64n32k16.f32.bf16.bf16", ", %20, %18");
+    else JBS_WGMMA_SS_M64N32("m64n32k16.f32.f16.f16", ", %20, %18");
   } else if constexpr (N == 64) {
-    if constexpr (kBf16) JBS_WGMMA_SS_M64N64("m64n64k16.f32.bf16.bf16");
-    else JBS_WGMMA_SS_M64N64("m64n64k16.f32.f16.f16");
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N64("m64n64k16.f32.bf16.bf16", ", %36, %34");
+    else JBS_WGMMA_SS_M64N64("m64n64k16.f32.f16.f16", ", %36, %34");
   } else {
-    if constexpr (kBf16) JBS_WGMMA_SS_M64N128("m64n128k16.f32.bf16.bf16");
-    else JBS_WGMMA_SS_M64N128("m64n128k16.f32.f16.f16");
+    if constexpr (kBf16) JBS_WGMMA_SS_M64N128("m64n128k16.f32.bf16.bf16", ", %68, %66");
+    else JBS_WGMMA_SS_M64N128("m64n128k16.f32.f16.f16", ", %68, %66");
   }
 #else
   __trap();  // unreachable: the launchers pick wgmma kernels only for sm_90a builds on sm_90

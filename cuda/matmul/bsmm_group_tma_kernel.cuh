@@ -1,6 +1,6 @@
 // Large-N forward / input-gradient kernel over column groups, fed by TMA: both
 // wgmma operands come from shared memory, and nothing passes through registers
-// on the way in. 16-bit types, blocks of 32 or 64, sm_90a.
+// on the way in. 16-bit types at blocks of 32 or 64, fp32 (as tf32) at 32; sm_90a.
 //
 // The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
 // a CTA owns a tile of 256 rows x P = 128 / BS output block columns and walks the
@@ -16,6 +16,10 @@
 //    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot.
 //    A stand-alone replica measured 7.9 TB/s into shared memory at bs 64, 1/2:
 //    1.84x the wgmma group kernel (benchmarks/NOTES.md, session 30).
+//  * fp32 runs as tf32, whose wgmma reads B K-major only: the dx reads W^T as
+//    stored, and the fwd reads a transposed copy of the blocks (rounded to tf32),
+//    made first into the scratch result (matmul/transpose_blocks.cuh). A tile row
+//    of 32 floats is 128 bytes, the widest swizzle, so only bs 32 is served.
 //
 // Warp specialized (common/warp_roles.cuh): one loader thread fills a ring of slots,
 // each as soon as both consumer warpgroups have released it; the consumers (128 rows
@@ -27,6 +31,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/dtype.cuh"
 #include "common/mbarrier.cuh"
@@ -41,11 +46,14 @@
 namespace jbs {
 
 template <typename T, int BS>
-inline constexpr bool kGroupTmaSupported = kIs16Bit<T> && (BS == 32 || BS == 64);
+inline constexpr bool kGroupTmaSupported = (kIs16Bit<T> && (BS == 32 || BS == 64)) ||
+                                           (std::is_same_v<T, float> && BS == 32);
 
 struct GroupTmaParams : FwdDxOperands {
+  // The tensor maps count 16-bit units (an fp32 value is two):
   CUtensorMap in_map;  // `in` as (in_cols, rows, input groups) in boxes of BS channels x 256 rows
-  CUtensorMap w_map;   // the weight blocks as (BS, nnz * BS rows, weight groups) in boxes of BS x BS
+  CUtensorMap w_map;   // the weight blocks (fp32 fwd: their transposed copy) as (BS, nnz * BS rows,
+                       // weight groups) in boxes of BS x BS
   const int32_t* group_offsets;  // (num_groups + 1)
   const int32_t* group_items;    // (union items, 1 + P): input block, then column c's block or -1
   int num_groups;
@@ -58,7 +66,10 @@ template <typename T, int BS>
 struct GroupTmaConfig : WarpRoles<40, 232> {
   static constexpr int kP = 128 / BS;
   static constexpr int kTN = 256;
-  static constexpr int kRowBytes = BS * 2;  // one swizzle span: 128 bytes at bs 64, 64 at bs 32
+  static constexpr int kRowBytes = BS * static_cast<int>(sizeof(T));  // one swizzle span: 128 or 64 bytes
+  static constexpr int kKSteps = kRowBytes / 32;  // a k-step is 32 bytes of a row: k16 (16-bit) or k8 (tf32)
+  // How the wgmmas read B: K-major for the dx (W^T as stored) and for every tf32 product.
+  static constexpr bool kBKMajor(bool trans) { return trans || !kIs16Bit<T>; }
   static constexpr int kTileBytes = kTN * kRowBytes;
   static constexpr int kBlockBytes = BS * kRowBytes;
   static constexpr int kSlotBytes = kTileBytes + kP * kBlockBytes;
@@ -68,7 +79,7 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
   // + 1 KB to align the ring to the swizzle's atoms.
   static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
-  static constexpr uint64_t kSwizzleMode = BS == 64 ? 1 : 2;  // descriptor layout type: 128- / 64-byte swizzle
+  static constexpr uint64_t kSwizzleMode = kRowBytes == 128 ? 1 : 2;  // descriptor layout type: 128- / 64-byte swizzle
   static constexpr uint32_t kAtomBytes = 8 * kRowBytes;      // 8 rows: the descriptor's stride (SBO)
   // CTAs run in bands of kBand row tiles x every group (the band's row tiles
   // innermost), so a wave shares a few row tiles' activations and its groups'
@@ -132,7 +143,8 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         masks[stage] = static_cast<int>(present);  // published by the arrival below (release)
         mbarrier_arrive_expect_tx(full + stage, Cfg::kTileBytes + count * Cfg::kBlockBytes);
         unsigned char* const slot = ring + stage * Cfg::kSlotBytes;
-        tma_load_5d(slot, &p.in_map, input * BS, row_tile * Cfg::kTN, in_g, 0, 0, full + stage);
+        // (the maps count 16-bit units: an fp32 channel is two)
+        tma_load_5d(slot, &p.in_map, input * Cfg::kRowBytes / 2, row_tile * Cfg::kTN, in_g, 0, 0, full + stage);
 #pragma unroll
         for (int c = 0; c < kP; ++c) {
           if (blocks[c] >= 0) {
@@ -165,11 +177,12 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         if (present & (1u << c)) {
           const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes);
 #pragma unroll
-          for (int ks = 0; ks < BS / 16; ++ks) {
-            // A: a k-step is 32 bytes along its rows. B: N-major (fwd), 16 of its rows
-            // further; K-major (dx reads W^T), 32 bytes along them. Descriptors count 16 bytes.
-            const uint64_t b_step = TRANS ? 2 * ks : ks * 16 * Cfg::kRowBytes / 16;
-            wgmma_ss<T, BS, TRANS ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step);
+          for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+            // A: a k-step is 32 bytes along its rows. B: K-major, the same; N-major (16-bit
+            // fwd), 16 of its rows further. Descriptors count 16 bytes.
+            constexpr bool kKMajor = Cfg::kBKMajor(TRANS);
+            const uint64_t b_step = kKMajor ? 2 * ks : ks * 16 * Cfg::kRowBytes / 16;
+            wgmma_ss<T, BS, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step);
           }
         }
       }

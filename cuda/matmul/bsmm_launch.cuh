@@ -32,6 +32,7 @@
 #include "matmul/bsmm_stream_kernel.cuh"
 #include "matmul/packed_rows.cuh"
 #include "matmul/tile_major.cuh"
+#include "matmul/transpose_blocks.cuh"
 
 namespace jbs {
 
@@ -289,39 +290,58 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
 }
 
 // Whether the TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh) serves this
-// call: 16-bit types at bs 32 and 64, a plain matrix (not a conv's gathered pixels), on
-// sm_90, for large N. At 8192^3 (H100, benchmarks/NOTES.md, session 30) its replica
-// ran 1.65-1.84x faster than the wgmma group kernel at bs 64 and 1.22-1.31x at bs 32,
-// densities 1/2 to 1/8, including where the one-column kernel had served (reuse below
-// min_wgmma_reuse), so it takes every such call from kWgmmaMinRows rows.
-// JBS_GROUP_TMA=0/1 forces it off/on; JBS_GROUPS and JBS_WGMMA, which force the older
-// group kernels, turn it off unless JBS_GROUP_TMA=1.
+// call: 16-bit types at bs 32 and 64, fp32 (as tf32, at the default precision) at bs
+// 32, a plain matrix (not a conv's gathered pixels), on sm_90, for large N. At 8192^3
+// (H100, benchmarks/NOTES.md, session 30) it ran 1.65-1.84x faster than the wgmma group
+// kernel at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8, including where
+// the one-column kernel had served (reuse below min_wgmma_reuse), so it takes every such
+// call from kWgmmaMinRows rows. JBS_GROUP_TMA=0/1 forces it off/on; JBS_GROUPS and
+// JBS_WGMMA, which force the older group kernels, turn it off unless JBS_GROUP_TMA=1.
 inline int group_tma_env() { return env_switch("JBS_GROUP_TMA"); }
 
-// The tensor maps of the kernel's two operands; false where the driver refuses them.
+// Bytes of the fp32 forward's transposed weight blocks (one copy per weight group).
+inline int64_t transposed_weight_bytes(const BsmmBlocksArgs& a) {
+  const int64_t w_groups = a.w_group_stride == 0 || a.groups == 1 ? 1 : a.groups;
+  return w_groups * a.nnz * a.block_size * a.block_size * 4;
+}
+
+// The weights the kernel reads: the blocks as given, or (fp32 forward) their transposed
+// copy in the scratch result, which launch_group_tma_variant fills first.
+template <typename T>
+const void* group_tma_weights(const BsmmBlocksArgs& a) {
+  return kIs16Bit<T> || a.transpose_w ? a.w : a.scratch;
+}
+
+// The tensor maps of the kernel's two operands, in 16-bit units (the copies move bytes);
+// false where the driver refuses them.
 template <typename T, int BS>
 bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
   using Cfg = GroupTmaConfig<T, BS>;
-  const CUtensorMapSwizzle swizzle = BS == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * 2;
+  constexpr uint64_t kUnits = sizeof(T) / 2;
+  const CUtensorMapSwizzle swizzle = Cfg::kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * sizeof(T);
   const bool in_shared = a.in_group_stride == 0 || a.groups == 1;
   const uint64_t in_group_bytes = in_shared ? row_bytes * static_cast<uint64_t>(a.rows)
-                                            : static_cast<uint64_t>(a.in_group_stride) * 2;
+                                            : static_cast<uint64_t>(a.in_group_stride) * sizeof(T);
   const uint64_t in_groups = in_shared ? 1 : static_cast<uint64_t>(a.groups);
-  const uint64_t in_dims[5] = {static_cast<uint64_t>(a.in_cols), static_cast<uint64_t>(a.rows), in_groups, 1, 1};
+  const uint64_t in_dims[5] = {static_cast<uint64_t>(a.in_cols) * kUnits, static_cast<uint64_t>(a.rows), in_groups, 1,
+                               1};
   const uint64_t in_strides[4] = {row_bytes, in_group_bytes, in_group_bytes * in_groups, in_group_bytes * in_groups};
-  const uint32_t in_box[5] = {BS, Cfg::kTN, 1, 1, 1};
+  const uint32_t in_box[5] = {BS * kUnits, Cfg::kTN, 1, 1, 1};
   const uint64_t w_rows = static_cast<uint64_t>(a.nnz) * BS;
   const bool w_shared = a.w_group_stride == 0 || a.groups == 1;
-  const uint64_t w_group_bytes = w_shared ? w_rows * BS * 2 : static_cast<uint64_t>(a.w_group_stride) * 2;
+  // The blocks as given are w_group_stride apart; the fp32 forward's copy is dense.
+  const bool reads_copy = group_tma_weights<T>(a) != a.w;
+  const uint64_t w_group_bytes = w_shared || reads_copy ? w_rows * Cfg::kRowBytes
+                                                        : static_cast<uint64_t>(a.w_group_stride) * sizeof(T);
   const uint64_t w_groups = w_shared ? 1 : static_cast<uint64_t>(a.groups);
-  const uint64_t w_dims[5] = {BS, w_rows, w_groups, 1, 1};
-  const uint64_t w_strides[4] = {BS * 2, w_group_bytes, w_group_bytes * w_groups, w_group_bytes * w_groups};
-  const uint32_t w_box[5] = {BS, BS, 1, 1, 1};
+  const uint64_t w_dims[5] = {BS * kUnits, w_rows, w_groups, 1, 1};
+  const uint64_t w_strides[4] = {Cfg::kRowBytes, w_group_bytes, w_group_bytes * w_groups, w_group_bytes * w_groups};
+  const uint32_t w_box[5] = {BS * kUnits, BS, 1, 1, 1};
   p->in_group_step = in_shared ? 0 : 1;
   p->w_group_step = w_shared ? 0 : 1;
   return encode_tensor_map_16bit(&p->in_map, a.in, in_dims, in_strides, in_box, swizzle) &&
-         encode_tensor_map_16bit(&p->w_map, a.w, w_dims, w_strides, w_box, swizzle);
+         encode_tensor_map_16bit(&p->w_map, group_tma_weights<T>(a), w_dims, w_strides, w_box, swizzle);
 }
 
 // Whether the kernel runs; if so, *p holds its parameters (the tensor maps are encoded
@@ -331,9 +351,11 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
 #ifdef JBS_HAVE_SM90A
   if constexpr (kGroupTmaSupported<T, BS>) {
     const int env = group_tma_env();
-    if (env == 0 || a.gathered || a.group_items == nullptr || a.group_width != 128 / BS ||
-        a.num_group_items <= 0 || a.nnz <= 0 || a.rows <= kStreamMaxRowsHost ||
-        a.rows > int64_t{INT32_MAX} - GroupTmaConfig<T, BS>::kTN || a.nnz > INT32_MAX / BS || !device_is_sm90()) {
+    const bool needs_copy = !kIs16Bit<T> && !a.transpose_w;
+    if (env == 0 || a.gathered || (!kIs16Bit<T> && a.precise) || a.group_items == nullptr ||
+        a.group_width != 128 / BS || a.num_group_items <= 0 || a.nnz <= 0 || a.rows <= kStreamMaxRowsHost ||
+        a.rows > int64_t{INT32_MAX} - GroupTmaConfig<T, BS>::kTN || a.nnz > INT32_MAX / BS ||
+        (needs_copy && (a.scratch == nullptr || a.scratch_bytes < transposed_weight_bytes(a))) || !device_is_sm90()) {
       return false;
     }
     if (env < 0 && (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0)) return false;
@@ -353,6 +375,13 @@ template <typename T, int BS, bool TRANS>
 cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaParams& p, cudaStream_t stream) {
   if constexpr (kGroupTmaSupported<T, BS>) {
     using Cfg = GroupTmaConfig<T, BS>;
+    if constexpr (!kIs16Bit<T> && !TRANS) {
+      const int64_t w_groups = a.w_group_stride == 0 || a.groups == 1 ? 1 : a.groups;
+      const cudaError_t err =
+          launch_transpose_blocks_tf32<BS>(static_cast<const float*>(a.w), a.w_group_stride,
+                                           static_cast<float*>(a.scratch), w_groups, a.nnz, a.num_sms, stream);
+      if (err != cudaSuccess) return err;
+    }
     // The handlers guarantee num_groups * row tiles < 2^31 and groups <= 65535.
     const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups));
     return launch_kernel(bsmm_group_tma_kernel<T, BS, TRANS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);

@@ -197,23 +197,34 @@ def _packs(itemsize: int, block_size: int, precision: int) -> bool:
 
 
 # The TMA-fed group kernel (cuda/matmul/bsmm_launch.cuh: use_group_tma, the same rule)
-# reads the row-major activation: where it takes the call, no packed copy is made.
+# reads the row-major activation: where it takes the call, no packed copy is made. Its fp32
+# forward reads a transposed copy of the weight blocks from the scratch result instead.
 _GROUP_TMA_MIN_ROWS = 512
 
 
-def _group_tma_takes(itemsize: int, block_size: int, rows: int) -> bool:
+def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) -> bool:
     forced = os.environ.get("JBS_GROUP_TMA", "")
-    if forced[:1] == "0" or itemsize != 2 or block_size not in (32, 64):
+    supported = (block_size in (32, 64) if itemsize == 2 else
+                 block_size == 32 and precision == precision_lib.DEFAULT)
+    if forced[:1] == "0" or not supported or rows <= _STREAM_MAX_ROWS:
         return False
     if forced:
         return True
     return rows >= _GROUP_TMA_MIN_ROWS and not os.environ.get("JBS_GROUPS") and not os.environ.get("JBS_WGMMA")
 
 
+def _transposed_weight_floats(target: str, a, b, block_size: int, precision: int) -> int:
+    """float32 elements of the fp32 forward's transposed weight blocks, b (G or 1, nnz, bs, bs)."""
+    if (target != "jbs_bsmm_fwd" or a.dtype.itemsize != 4
+            or not _group_tma_takes(4, block_size, a.shape[1], precision)):
+        return 0
+    return b.shape[0] * b.shape[1] * block_size * block_size
+
+
 def _packed_scratch_floats(a, block_size: int, precision: int) -> int:
     """float32 elements that hold the packed copy of activation ``a`` (G or 1, N, C), or 0."""
     if (not _packs(a.dtype.itemsize, block_size, precision) or a.shape[1] <= _STREAM_MAX_ROWS
-            or _group_tma_takes(a.dtype.itemsize, block_size, a.shape[1])):
+            or _group_tma_takes(a.dtype.itemsize, block_size, a.shape[1], precision)):
         return 0
     rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
     return a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4
@@ -251,7 +262,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                       _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),
-                      _packed_scratch_floats(a, block_size, precision))
+                      _packed_scratch_floats(a, block_size, precision),
+                      _transposed_weight_floats(target, a, b, block_size, precision))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
     return jax.ffi.ffi_call(target, results)(a, b, *tables, **attributes)[0]
