@@ -50,13 +50,17 @@ constexpr int kTN = 256;  // rows per CTA: two consumer warpgroups x two m64 hal
     }                                                                         \
   } while (0)
 
-template <int BS>
+// PAIRS (bs 32 only): an item covers two adjacent input blocks 2j, 2j + 1 when both are in
+// the group's union, loaded as one box of 64 channels with 128-byte rows (128-byte swizzle)
+// instead of two boxes of 64-byte rows; other items stay single. Slots hold either.
+template <int BS, bool PAIRS = false>
 struct Cfg {
   static constexpr int kP = 128 / BS;
-  static constexpr int kRowBytes = BS * 2;  // a tile row: one swizzle width
-  static constexpr int kXBytes = kTN * kRowBytes;
+  static constexpr int kHalves = PAIRS ? 2 : 1;  // input blocks per item, at most
+  static constexpr int kRowBytes = BS * 2;  // a weight block's row (and a single item's tile row): one swizzle width
+  static constexpr int kXBytes = kTN * kRowBytes * kHalves;
   static constexpr int kBlockBytes = BS * kRowBytes;
-  static constexpr int kSlotBytes = kXBytes + kP * kBlockBytes;
+  static constexpr int kSlotBytes = kXBytes + kHalves * kP * kBlockBytes;
   static constexpr int kStages = 196 * 1024 / kSlotBytes < 8 ? 196 * 1024 / kSlotBytes : 8;
   static constexpr int kSmem = kStages * kSlotBytes + 1024;
   static constexpr uint64_t kLayoutType = BS == 64 ? 1 : 2;  // 128- or 64-byte swizzle
@@ -70,17 +74,21 @@ __device__ __forceinline__ uint64_t desc(const void* p) {
 
 struct Params {
   CUtensorMap x_map;  // x (rows, C) in boxes of BS channels x 256 rows
+  CUtensorMap x2_map;  // PAIRS: boxes of 2 BS channels x 256 rows, 128-byte swizzle
   CUtensorMap w_map;  // w (nnz * BS, BS) in boxes of BS x BS
   const int* offsets;  // (groups + 1)
   const int* items;    // (items, 1 + P): input block, block of column 0 .. P-1 or -1
+                       // PAIRS: (items, 2 + 2P): input block, pair flag, the P blocks of each half
   T* y;
   int groups, row_tiles, out_cols, band;
 };
 
-template <int BS>
+template <int BS, bool PAIRS>
 __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ Params p) {
-  using C = Cfg<BS>;
+  using C = Cfg<BS, PAIRS>;
   constexpr int kP = C::kP;
+  constexpr int kRow = PAIRS ? 2 + 2 * kP : 1 + kP;  // ints per item
+  constexpr int kBlocks = C::kHalves * kP;           // block slots per item
   __shared__ uint64_t full[C::kStages], empty[C::kStages];
   __shared__ int masks[C::kStages];
   unsigned char* raw = jbs::dynamic_smem();
@@ -108,23 +116,26 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
       int stage = 0;
       uint32_t round = 0;
       for (int i = beg; i < end; ++i) {
-        const int* row = p.items + static_cast<int64_t>(i) * (1 + kP);
-        int blocks[kP];
+        const int* row = p.items + static_cast<int64_t>(i) * kRow;
+        const int first = PAIRS ? 2 : 1;
+        int blocks[kBlocks];
         unsigned present = 0;
         int count = 0;
 #pragma unroll
-        for (int c = 0; c < kP; ++c) {
-          blocks[c] = __ldg(row + 1 + c);
+        for (int c = 0; c < kBlocks; ++c) {
+          blocks[c] = __ldg(row + first + c);
           if (blocks[c] >= 0) present |= 1u << c, ++count;
         }
         const int input = __ldg(row);
+        const bool pair = PAIRS && __ldg(row + 1) != 0;
         jbs::mbarrier_wait(empty + stage, (round & 1) ^ 1);
-        masks[stage] = static_cast<int>(present);
-        jbs::mbarrier_arrive_expect_tx(full + stage, C::kXBytes + count * C::kBlockBytes);
+        masks[stage] = static_cast<int>(present | (pair ? 1u << 16 : 0u));
+        const int x_bytes = kTN * C::kRowBytes * (pair ? 2 : 1);
+        jbs::mbarrier_arrive_expect_tx(full + stage, x_bytes + count * C::kBlockBytes);
         unsigned char* slot = smem + stage * C::kSlotBytes;
-        jbs::tma_load_5d(slot, &p.x_map, input * BS, row_tile * kTN, 0, 0, 0, full + stage);
+        jbs::tma_load_5d(slot, pair ? &p.x2_map : &p.x_map, input * BS, row_tile * kTN, 0, 0, 0, full + stage);
 #pragma unroll
-        for (int c = 0; c < kP; ++c) {
+        for (int c = 0; c < kBlocks; ++c) {
           if (blocks[c] >= 0) {
             jbs::tma_load_5d(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS, 0, 0, 0,
                              full + stage);
@@ -143,19 +154,27 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   for (int i = beg; i < end; ++i) {
     jbs::mbarrier_wait(full + stage, round & 1);
     const unsigned present = static_cast<unsigned>(masks[stage]);
+    const bool pair = PAIRS && (present >> 16) != 0;
     unsigned char* slot = smem + stage * C::kSlotBytes;
+    // A single item's tile has BS-channel rows; a pair's, 2 BS channels (128 bytes, 128-byte swizzle).
+    const int a_row_bytes = pair ? 2 * C::kRowBytes : C::kRowBytes;
+    const uint64_t a_mode = pair ? 1 : C::kLayoutType;
     jbs::wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint64_t a = desc<BS>(slot + (wg * 128 + h * 64) * C::kRowBytes);
+      const uint64_t a = jbs::wgmma_desc(slot + (wg * 128 + h * 64) * a_row_bytes, 16, 8 * a_row_bytes) | (a_mode << 62);
 #pragma unroll
-      for (int c = 0; c < kP; ++c) {
-        if (present & (1u << c)) {
-          const uint64_t b = desc<BS>(slot + C::kXBytes + c * C::kBlockBytes);
+      for (int j = 0; j < C::kHalves; ++j) {
 #pragma unroll
-          for (int ks = 0; ks < BS / 16; ++ks) {
-            // A K-major: a k-step is 32 bytes along the row; B N-major: 16 rows further.
-            jbs::wgmma_ss<T, BS, 1, 0>(acc[h][c], a + ks * 2, b + ks * 16 * C::kRowBytes / 16);
+        for (int c = 0; c < kP; ++c) {
+          if (present & (1u << (j * kP + c))) {
+            const uint64_t b = desc<BS>(slot + C::kXBytes + (j * kP + c) * C::kBlockBytes);
+#pragma unroll
+            for (int ks = 0; ks < BS / 16; ++ks) {
+              // A K-major: a k-step is 32 bytes along the row (half j of a pair starts BS
+              // channels in); B N-major: 16 rows further.
+              jbs::wgmma_ss<T, BS, 1, 0>(acc[h][c], a + (j * BS / 16 + ks) * 2, b + ks * 16 * C::kRowBytes / 16);
+            }
           }
         }
       }
@@ -187,9 +206,9 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   }
 }
 
-template <int BS>
+template <int BS, bool PAIRS = false>
 void run(int n, double density, int band, double dense_tflops) {
-  using C = Cfg<BS>;
+  using C = Cfg<BS, PAIRS>;
   const int cb = n / BS, kb = n / BS, P = C::kP, groups = kb / P;
   std::mt19937 rng(1234 + BS);
   std::uniform_real_distribution<double> u(0, 1);
@@ -199,15 +218,27 @@ void run(int n, double density, int band, double dense_tflops) {
     for (int k = 0; k < kb; ++k)
       if (u(rng) < density) block_at[static_cast<size_t>(c) * kb + k] = nnz++;
   std::vector<int> offsets{0}, items;
+  const int row_ints = PAIRS ? 2 + 2 * P : 1 + P;
+  int pairs = 0;
   for (int g = 0; g < groups; ++g) {
-    for (int c = 0; c < cb; ++c) {
+    auto in_union = [&](int c) {
       bool any = false;
-      for (int j = 0; j < P; ++j) any |= block_at[static_cast<size_t>(c) * kb + g * P + j] >= 0;
-      if (!any) continue;
+      for (int j = 0; j < P; ++j) any |= c < cb && block_at[static_cast<size_t>(c) * kb + g * P + j] >= 0;
+      return any;
+    };
+    auto push_blocks = [&](int c) {
+      for (int j = 0; j < P; ++j) items.push_back(c < 0 ? -1 : block_at[static_cast<size_t>(c) * kb + g * P + j]);
+    };
+    for (int c = 0; c < cb; ++c) {
+      if (!in_union(c)) continue;
+      const bool pair = PAIRS && c % 2 == 0 && in_union(c + 1);
       items.push_back(c);
-      for (int j = 0; j < P; ++j) items.push_back(block_at[static_cast<size_t>(c) * kb + g * P + j]);
+      if (PAIRS) items.push_back(pair ? 1 : 0);
+      push_blocks(c);
+      if (PAIRS) push_blocks(pair ? c + 1 : -1);
+      if (pair) ++c, ++pairs;
     }
-    offsets.push_back(static_cast<int>(items.size() / (1 + P)));
+    offsets.push_back(static_cast<int>(items.size() / row_ints));
   }
   std::vector<T> hx(static_cast<size_t>(n) * n), hw(static_cast<size_t>(nnz) * BS * BS);
   for (auto& v : hx) v = __float2bfloat16(static_cast<float>(u(rng) * 2 - 1));
@@ -229,6 +260,9 @@ void run(int n, double density, int band, double dense_tflops) {
   if (!jbs::encode_tensor_map_16bit(&p.x_map, x, {uint64_t(n), uint64_t(n), 1, 1, 1},
                                     {uint64_t(n) * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2},
                                     {BS, kTN, 1, 1, 1}, sw) ||
+      !jbs::encode_tensor_map_16bit(&p.x2_map, x, {uint64_t(n), uint64_t(n), 1, 1, 1},
+                                    {uint64_t(n) * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2},
+                                    {2 * BS, kTN, 1, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B) ||
       !jbs::encode_tensor_map_16bit(&p.w_map, w, {BS, uint64_t(nnz) * BS, 1, 1, 1},
                                     {BS * 2, uint64_t(nnz) * BS * BS * 2, uint64_t(nnz) * BS * BS * 2,
                                      uint64_t(nnz) * BS * BS * 2},
@@ -243,7 +277,7 @@ void run(int n, double density, int band, double dense_tflops) {
   p.row_tiles = n / kTN;
   p.out_cols = n;
   p.band = band;
-  auto kernel = group_tma_ss<BS>;
+  auto kernel = group_tma_ss<BS, PAIRS>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const int grid = groups * p.row_tiles;
   kernel<<<grid, 384, C::kSmem>>>(p);
@@ -283,10 +317,11 @@ void run(int n, double density, int band, double dense_tflops) {
   const double us = ms * 1000 / kReps;
   const double flop = 2.0 * n * static_cast<double>(nnz) * BS * BS;
   const int n_items = offsets.back();
-  const double smem_bytes = static_cast<double>(p.row_tiles) * (double(n_items) * C::kXBytes + double(nnz) * C::kBlockBytes);
-  std::printf("bs %2d density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
+  const double smem_bytes = static_cast<double>(p.row_tiles) *
+                            (double(n_items + pairs) * kTN * C::kRowBytes + double(nnz) * C::kBlockBytes);
+  std::printf("bs %2d%s density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
               "items %d, blocks/item %.2f, stages %d, max rel err %.2e%s\n",
-              BS, 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
+              BS, PAIRS ? " pairs" : "", 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
               smem_bytes / us * 1e-6, n_items, double(nnz) / n_items, C::kStages, worst,
               worst < 1e-3 ? "" : "  WRONG");
   cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items);
@@ -296,8 +331,14 @@ void run(int n, double density, int band, double dense_tflops) {
 
 int main(int argc, char** argv) {
   const double dense = argc > 1 ? std::atof(argv[1]) : 790.0;  // TFLOP/s of the dense dot, measured elsewhere
-  for (double d : {1.0, 0.5, 0.25, 0.125}) run<64>(8192, d, 4, dense);
-  for (double d : {0.5, 0.25, 0.125}) run<64>(8192, d, 8, dense);
-  for (double d : {1.0, 0.5, 0.25, 0.125}) run<32>(8192, d, 4, dense);
+  const bool pairs_only = argc > 2 && argv[2][0] == 'p';  // "pairs": the bs 32 A-B alone
+  if (!pairs_only) {
+    for (double d : {1.0, 0.5, 0.25, 0.125}) run<64>(8192, d, 4, dense);
+    for (double d : {0.5, 0.25, 0.125}) run<64>(8192, d, 8, dense);
+  }
+  for (double d : {0.5, 0.25, 0.125}) {
+    run<32>(8192, d, 4, dense);
+    run<32, true>(8192, d, 4, dense);
+  }
   return 0;
 }

@@ -18,8 +18,11 @@
 //    1.84x the wgmma group kernel (benchmarks/NOTES.md, session 30).
 //  * fp32 runs as tf32, whose wgmma reads B K-major only: the dx reads W^T as
 //    stored, and the fwd reads a transposed copy of the blocks (rounded to tf32),
-//    made first into the scratch result (matmul/transpose_blocks.cuh). A tile row
-//    of 32 floats is 128 bytes, the widest swizzle, so only bs 32 is served.
+//    made first into the scratch result (matmul/transpose_blocks.cuh). The other
+//    fp32 operands reach the tensor cores as stored, which drop the mantissa bits
+//    tf32 lacks (truncation, where the packed copies of the older kernels round:
+//    within the same error bound, tests/helpers.py: tolerance). A tile row of 32
+//    floats is 128 bytes, the widest swizzle, so only bs 32 is served.
 //
 // Warp specialized (common/warp_roles.cuh): one loader thread fills a ring of slots,
 // each as soon as both consumer warpgroups have released it; the consumers (128 rows

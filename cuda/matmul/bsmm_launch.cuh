@@ -294,9 +294,14 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
 // 32, a plain matrix (not a conv's gathered pixels), on sm_90, for large N. At 8192^3
 // (H100, benchmarks/NOTES.md, session 30) it ran 1.65-1.84x faster than the wgmma group
 // kernel at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8, including where
-// the one-column kernel had served (reuse below min_wgmma_reuse), so it takes every such
-// call from kWgmmaMinRows rows. JBS_GROUP_TMA=0/1 forces it off/on; JBS_GROUPS and
-// JBS_WGMMA, which force the older group kernels, turn it off unless JBS_GROUP_TMA=1.
+// the one-column kernel had served (reuse below min_wgmma_reuse), so it takes such calls
+// from kWgmmaMinRows rows: every one where the wgmma group kernel would have run (the same
+// 256-row tiles and groups, so the same grid), and the others where its grid still gives
+// every SM a CTA (a narrow output over few row tiles has more CTAs on the one-column
+// kernel's 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
+// it can run, ahead of every other group kernel (JBS_GROUPS=0 included), though the panel
+// kernel, asked first, keeps its calls unless JBS_PANEL=0. JBS_GROUPS and JBS_WGMMA, which
+// force the older group kernels, turn it off unless JBS_GROUP_TMA=1.
 inline int group_tma_env() { return env_switch("JBS_GROUP_TMA"); }
 
 // Bytes of the fp32 forward's transposed weight blocks (one copy per weight group).
@@ -358,13 +363,19 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
         (needs_copy && (a.scratch == nullptr || a.scratch_bytes < transposed_weight_bytes(a))) || !device_is_sm90()) {
       return false;
     }
-    if (env < 0 && (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0)) return false;
+    const int row_tiles = static_cast<int>((a.rows + GroupTmaConfig<T, BS>::kTN - 1) / GroupTmaConfig<T, BS>::kTN);
+    if (env < 0) {
+      if (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0) return false;
+      const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
+      const bool fills_sms = a.num_groups * row_tiles * a.groups >= a.num_sms;
+      if (!fills_sms && reuse < min_wgmma_reuse(BS, false, !kIs16Bit<T>)) return false;
+    }
     static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
                                                     a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
     p->group_offsets = a.group_offsets;
     p->group_items = a.group_items;
     p->num_groups = static_cast<int>(a.num_groups);
-    p->row_tiles = static_cast<int>((a.rows + GroupTmaConfig<T, BS>::kTN - 1) / GroupTmaConfig<T, BS>::kTN);
+    p->row_tiles = row_tiles;
     return group_tma_maps<T, BS>(a, p);
   }
 #endif

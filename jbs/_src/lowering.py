@@ -203,6 +203,9 @@ _GROUP_TMA_MIN_ROWS = 512
 
 
 def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) -> bool:
+    # The launch may still decline such a call (a narrow output whose grid leaves SMs idle at
+    # low reuse, or a tensor map the driver refuses): it then runs the one-column kernel, which
+    # reads no packed copy, so the prediction costs at most the fp32 copy's unused room.
     forced = os.environ.get("JBS_GROUP_TMA", "")
     supported = (block_size in (32, 64) if itemsize == 2 else
                  block_size == 32 and precision == precision_lib.DEFAULT)
