@@ -456,6 +456,23 @@ def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype
         assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
 
 
+@pytest.mark.parametrize("rows,expected", [(600, False), (20000, True)])
+def test_tma_group_kernel_leaves_small_low_reuse_grids(rng, monkeypatch, rows, expected):
+    """A diagonal layout (reuse 1: one block per union item) at bs 32 over 256 output channels
+    has 2 column groups: over 600 rows the TMA kernel's grid would be 6 CTAs, so the default
+    leaves the call to the one-column kernel; over 20000 rows (158 CTAs) it takes it."""
+    from test_conv_gpu import kernel_names
+    for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA"):
+        monkeypatch.delenv(name, raising=False)
+    bsmm = jbs.BlockSparseMatMul(np.eye(8, dtype=bool), 32)
+    x = random_array(rng, (rows, 256), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    names = kernel_names(fwd, x, w)
+    assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
+    assert rel_error(fwd(x, w), f64(x) @ dense_f64(bsmm, w)) < tolerance(jnp.bfloat16)
+
+
 @pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16),
                                       (32, jnp.float32), (16, jnp.float32)])
 def test_warp_specialized_kernel_matches_the_barrier_kernel_bitwise(rng, monkeypatch, bs, dtype):

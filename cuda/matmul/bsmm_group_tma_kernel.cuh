@@ -76,7 +76,7 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   static constexpr int kTileBytes = kTN * kRowBytes;
   static constexpr int kBlockBytes = BS * kRowBytes;
   static constexpr int kSlotBytes = kTileBytes + kP * kBlockBytes;
-  // As many slots as 196 KB hold (4 at bs 64, 8 at bs 32).
+  // As many slots as 196 KB hold: 4 with 128-byte rows, 8 with 64-byte rows (16-bit bs 32).
   static constexpr int kStages = 196 * 1024 / kSlotBytes < 8 ? 196 * 1024 / kSlotBytes : 8;
   static constexpr int kLdC = 128 + 8;  // the epilogue's staged fp32 rows, in the drained ring
   static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
