@@ -17,11 +17,14 @@
 // 1/2 runs at ~75% of the dense rate (64 FLOP per byte delivered).
 //
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-//     -o /tmp/group_tma_ss benchmarks/microbench/group_tma_ss.cu && /tmp/group_tma_ss
+//     -o /tmp/group_tma_ss benchmarks/microbench/group_tma_ss.cu && /tmp/group_tma_ss [dense TFLOP/s] [next]
 //
 // Checks 256 output elements against a float64 sum on the host before timing. Kept as the
 // record of session 30's measurement; the production kernel it led to is
 // cuda/matmul/bsmm_group_tma_kernel.cuh (same feed, plus tables, weight groups and edges).
+// Two variants not yet run (no device time left in session 30), each next to its baseline
+// with the argument "next": PAIRS (bs 32, two input blocks per 128-byte-row box) and WIDE
+// (bs 64, 256-column groups over 128 rows).
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -39,7 +42,6 @@
 namespace {
 
 using T = __nv_bfloat16;
-constexpr int kTN = 256;  // rows per CTA: two consumer warpgroups x two m64 halves
 
 #define CHECK(x)                                                              \
   do {                                                                        \
@@ -53,9 +55,15 @@ constexpr int kTN = 256;  // rows per CTA: two consumer warpgroups x two m64 hal
 // PAIRS (bs 32 only): an item covers two adjacent input blocks 2j, 2j + 1 when both are in
 // the group's union, loaded as one box of 64 channels with 128-byte rows (128-byte swizzle)
 // instead of two boxes of 64-byte rows; other items stay single. Slots hold either.
-template <int BS, bool PAIRS = false>
+// WIDE: groups of 256 columns over 128 rows (P = 256 / BS, one m64 half per warpgroup)
+// instead of 128 columns over 256 rows: the same accumulators, more activation reuse per
+// item where the layout's columns share input blocks (benchmarks/NOTES.md, session 30,
+// point 3: bs 64 at 1/2, 66 against 64 FLOP per byte).
+template <int BS, bool PAIRS = false, bool WIDE = false>
 struct Cfg {
-  static constexpr int kP = 128 / BS;
+  static constexpr int kTN = WIDE ? 128 : 256;  // rows per CTA: two consumer warpgroups of kMH m64 halves
+  static constexpr int kMH = kTN / 128;
+  static constexpr int kP = (WIDE ? 256 : 128) / BS;
   static constexpr int kHalves = PAIRS ? 2 : 1;  // input blocks per item, at most
   static constexpr int kRowBytes = BS * 2;  // a weight block's row (and a single item's tile row): one swizzle width
   static constexpr int kXBytes = kTN * kRowBytes * kHalves;
@@ -83,10 +91,11 @@ struct Params {
   int groups, row_tiles, out_cols, band;
 };
 
-template <int BS, bool PAIRS>
+template <int BS, bool PAIRS, bool WIDE>
 __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ Params p) {
-  using C = Cfg<BS, PAIRS>;
+  using C = Cfg<BS, PAIRS, WIDE>;
   constexpr int kP = C::kP;
+  constexpr int kTN = C::kTN;
   constexpr int kRow = PAIRS ? 2 + 2 * kP : 1 + kP;  // ints per item
   constexpr int kBlocks = C::kHalves * kP;           // block slots per item
   __shared__ uint64_t full[C::kStages], empty[C::kStages];
@@ -148,7 +157,7 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   }
   jbs::warpgroup_reg_alloc<232>();
   const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  float acc[2][kP][BS / 8][4] = {};
+  float acc[C::kMH][kP][BS / 8][4] = {};
   int stage = 0, prev = -1;
   uint32_t round = 0;
   for (int i = beg; i < end; ++i) {
@@ -161,8 +170,8 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
     const uint64_t a_mode = pair ? 1 : C::kLayoutType;
     jbs::wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint64_t a = jbs::wgmma_desc(slot + (wg * 128 + h * 64) * a_row_bytes, 16, 8 * a_row_bytes) | (a_mode << 62);
+    for (int h = 0; h < C::kMH; ++h) {
+      const uint64_t a = jbs::wgmma_desc(slot + (wg * kTN / 2 + h * 64) * a_row_bytes, 16, 8 * a_row_bytes) | (a_mode << 62);
 #pragma unroll
       for (int j = 0; j < C::kHalves; ++j) {
 #pragma unroll
@@ -187,9 +196,9 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   }
   jbs::wgmma_wait<0>();
   // Straight from the accumulators: rows 16 (warp % 4) + lane / 4 (+ 8), columns 2 (lane % 4) of each 8.
-  const int r0 = row_tile * kTN + wg * 128 + (warp & 3) * 16 + lane / 4;
+  const int r0 = row_tile * kTN + wg * kTN / 2 + (warp & 3) * 16 + lane / 4;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < C::kMH; ++h) {
 #pragma unroll
     for (int c = 0; c < kP; ++c) {
 #pragma unroll
@@ -206,9 +215,10 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   }
 }
 
-template <int BS, bool PAIRS = false>
+template <int BS, bool PAIRS = false, bool WIDE = false>
 void run(int n, double density, int band, double dense_tflops) {
-  using C = Cfg<BS, PAIRS>;
+  using C = Cfg<BS, PAIRS, WIDE>;
+  constexpr int kTN = C::kTN;
   const int cb = n / BS, kb = n / BS, P = C::kP, groups = kb / P;
   std::mt19937 rng(1234 + BS);
   std::uniform_real_distribution<double> u(0, 1);
@@ -277,7 +287,7 @@ void run(int n, double density, int band, double dense_tflops) {
   p.row_tiles = n / kTN;
   p.out_cols = n;
   p.band = band;
-  auto kernel = group_tma_ss<BS, PAIRS>;
+  auto kernel = group_tma_ss<BS, PAIRS, WIDE>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const int grid = groups * p.row_tiles;
   kernel<<<grid, 384, C::kSmem>>>(p);
@@ -319,9 +329,9 @@ void run(int n, double density, int band, double dense_tflops) {
   const int n_items = offsets.back();
   const double smem_bytes = static_cast<double>(p.row_tiles) *
                             (double(n_items + pairs) * kTN * C::kRowBytes + double(nnz) * C::kBlockBytes);
-  std::printf("bs %2d%s density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
+  std::printf("bs %2d%s%s density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
               "items %d, blocks/item %.2f, stages %d, max rel err %.2e%s\n",
-              BS, PAIRS ? " pairs" : "", 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
+              BS, PAIRS ? " pairs" : "", WIDE ? " wide" : "", 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
               smem_bytes / us * 1e-6, n_items, double(nnz) / n_items, C::kStages, worst,
               worst < 1e-3 ? "" : "  WRONG");
   cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items);
@@ -331,8 +341,14 @@ void run(int n, double density, int band, double dense_tflops) {
 
 int main(int argc, char** argv) {
   const double dense = argc > 1 ? std::atof(argv[1]) : 790.0;  // TFLOP/s of the dense dot, measured elsewhere
-  const bool pairs_only = argc > 2 && argv[2][0] == 'p';  // "pairs": the bs 32 A-B alone
-  if (!pairs_only) {
+  // "next": session 30's untried variants next to their baselines (bs 32 pairs, bs 64 wide).
+  const bool next_only = argc > 2 && argv[2][0] == 'n';
+  if (next_only) {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<64>(8192, d, 4, dense);
+      run<64, false, true>(8192, d, 4, dense);
+    }
+  } else {
     for (double d : {1.0, 0.5, 0.25, 0.125}) run<64>(8192, d, 4, dense);
     for (double d : {0.5, 0.25, 0.125}) run<64>(8192, d, 8, dense);
   }
