@@ -289,6 +289,27 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
   }
 }
 
+// The tensor map of (groups of) a row-major matrix of `elem_bytes`-byte values, `cols` x
+// `rows`, group_stride elements apart, read in boxes of box_cols x box_rows with the given
+// swizzle. The map counts 16-bit units (the copies move bytes), so fp32 works too.
+// *group_step: 1, or 0 where the matrix is one for every group (group_stride 0, or a
+// single group). False where the driver refuses it.
+inline bool encode_row_tile_map(CUtensorMap* map, const void* base, int64_t cols, int64_t rows, int64_t group_stride,
+                                int64_t groups, int elem_bytes, int box_cols, int box_rows,
+                                CUtensorMapSwizzle swizzle, int* group_step) {
+  const bool broadcast = group_stride == 0 || groups == 1;
+  const uint64_t units = static_cast<uint64_t>(elem_bytes) / 2;
+  const uint64_t row_bytes = static_cast<uint64_t>(cols) * elem_bytes;
+  const uint64_t group_bytes = broadcast ? row_bytes * static_cast<uint64_t>(rows)
+                                         : static_cast<uint64_t>(group_stride) * elem_bytes;
+  const uint64_t matrix_groups = broadcast ? 1 : static_cast<uint64_t>(groups);
+  const uint64_t dims[5] = {static_cast<uint64_t>(cols) * units, static_cast<uint64_t>(rows), matrix_groups, 1, 1};
+  const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes * matrix_groups, group_bytes * matrix_groups};
+  const uint32_t box[5] = {static_cast<uint32_t>(box_cols * units), static_cast<uint32_t>(box_rows), 1, 1, 1};
+  *group_step = broadcast ? 0 : 1;
+  return encode_tensor_map_16bit(map, base, dims, strides, box, swizzle);
+}
+
 // Whether the TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh) serves this
 // call: 16-bit types at bs 32 and 64, fp32 (as tf32, at the default precision) at bs
 // 32, a plain matrix (not a conv's gathered pixels), on sm_90, for large N. At 8192^3
@@ -305,9 +326,10 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
 inline int group_tma_env() { return env_switch("JBS_GROUP_TMA"); }
 
 // Bytes of the fp32 forward's transposed weight blocks (one copy per weight group).
+inline int64_t weight_groups(const BsmmBlocksArgs& a) { return a.w_group_stride == 0 ? 1 : a.groups; }
+
 inline int64_t transposed_weight_bytes(const BsmmBlocksArgs& a) {
-  const int64_t w_groups = a.w_group_stride == 0 || a.groups == 1 ? 1 : a.groups;
-  return w_groups * a.nnz * a.block_size * a.block_size * 4;
+  return weight_groups(a) * a.nnz * a.block_size * a.block_size * 4;
 }
 
 // The weights the kernel reads: the blocks as given, or (fp32 forward) their transposed
@@ -317,36 +339,20 @@ const void* group_tma_weights(const BsmmBlocksArgs& a) {
   return kIs16Bit<T> || a.transpose_w ? a.w : a.scratch;
 }
 
-// The tensor maps of the kernel's two operands, in 16-bit units (the copies move bytes);
-// false where the driver refuses them.
+// The tensor maps of the kernel's two operands; false where the driver refuses them.
 template <typename T, int BS>
 bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
   using Cfg = GroupTmaConfig<T, BS>;
-  constexpr uint64_t kUnits = sizeof(T) / 2;
+  constexpr int kElem = sizeof(T);
   const CUtensorMapSwizzle swizzle = Cfg::kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const uint64_t row_bytes = static_cast<uint64_t>(a.in_cols) * sizeof(T);
-  const bool in_shared = a.in_group_stride == 0 || a.groups == 1;
-  const uint64_t in_group_bytes = in_shared ? row_bytes * static_cast<uint64_t>(a.rows)
-                                            : static_cast<uint64_t>(a.in_group_stride) * sizeof(T);
-  const uint64_t in_groups = in_shared ? 1 : static_cast<uint64_t>(a.groups);
-  const uint64_t in_dims[5] = {static_cast<uint64_t>(a.in_cols) * kUnits, static_cast<uint64_t>(a.rows), in_groups, 1,
-                               1};
-  const uint64_t in_strides[4] = {row_bytes, in_group_bytes, in_group_bytes * in_groups, in_group_bytes * in_groups};
-  const uint32_t in_box[5] = {BS * kUnits, Cfg::kTN, 1, 1, 1};
-  const uint64_t w_rows = static_cast<uint64_t>(a.nnz) * BS;
-  const bool w_shared = a.w_group_stride == 0 || a.groups == 1;
-  // The blocks as given are w_group_stride apart; the fp32 forward's copy is dense.
-  const bool reads_copy = group_tma_weights<T>(a) != a.w;
-  const uint64_t w_group_bytes = w_shared || reads_copy ? w_rows * Cfg::kRowBytes
-                                                        : static_cast<uint64_t>(a.w_group_stride) * sizeof(T);
-  const uint64_t w_groups = w_shared ? 1 : static_cast<uint64_t>(a.groups);
-  const uint64_t w_dims[5] = {BS * kUnits, w_rows, w_groups, 1, 1};
-  const uint64_t w_strides[4] = {Cfg::kRowBytes, w_group_bytes, w_group_bytes * w_groups, w_group_bytes * w_groups};
-  const uint32_t w_box[5] = {BS * kUnits, BS, 1, 1, 1};
-  p->in_group_step = in_shared ? 0 : 1;
-  p->w_group_step = w_shared ? 0 : 1;
-  return encode_tensor_map_16bit(&p->in_map, a.in, in_dims, in_strides, in_box, swizzle) &&
-         encode_tensor_map_16bit(&p->w_map, group_tma_weights<T>(a), w_dims, w_strides, w_box, swizzle);
+  // The weights: blocks of BS rows, w_group_stride apart as given; the fp32 forward's copy
+  // is dense (one per weight group).
+  const void* w = group_tma_weights<T>(a);
+  const int64_t w_stride = a.w_group_stride == 0 ? 0 : (w != a.w ? a.nnz * BS * BS : a.w_group_stride);
+  return encode_row_tile_map(&p->in_map, a.in, a.in_cols, a.rows, a.in_group_stride, a.groups, kElem, BS, Cfg::kTN,
+                             swizzle, &p->in_group_step) &&
+         encode_row_tile_map(&p->w_map, w, BS, a.nnz * BS, w_stride, a.groups, kElem, BS, BS, swizzle,
+                             &p->w_group_step);
 }
 
 // Whether the kernel runs; if so, *p holds its parameters (the tensor maps are encoded
@@ -387,10 +393,9 @@ cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaPara
   if constexpr (kGroupTmaSupported<T, BS>) {
     using Cfg = GroupTmaConfig<T, BS>;
     if constexpr (!kIs16Bit<T> && !TRANS) {
-      const int64_t w_groups = a.w_group_stride == 0 || a.groups == 1 ? 1 : a.groups;
       const cudaError_t err =
           launch_transpose_blocks_tf32<BS>(static_cast<const float*>(a.w), a.w_group_stride,
-                                           static_cast<float*>(a.scratch), w_groups, a.nnz, a.num_sms, stream);
+                                           static_cast<float*>(a.scratch), weight_groups(a), a.nnz, a.num_sms, stream);
       if (err != cudaSuccess) return err;
     }
     // The handlers guarantee num_groups * row tiles < 2^31 and groups <= 65535.
@@ -1025,19 +1030,11 @@ inline bool gather_is_identity(const RowGather& g) {
 }
 
 // The tensor map of a 16-bit (groups of) row-major matrix read in panels: boxes of 64
-// columns x `tile_rows` rows, 128-byte swizzled. *group_step: 1, or 0 where the matrix
-// is one for every group (group_stride 0, or a single group).
+// columns x `tile_rows` rows, 128-byte swizzled (encode_row_tile_map).
 inline bool encode_panel_map(CUtensorMap* map, const void* base, int64_t cols, int64_t rows, int64_t group_stride,
                              int64_t groups, int tile_rows, int* group_step) {
-  const bool broadcast = group_stride == 0 || groups == 1;
-  const uint64_t row_bytes = static_cast<uint64_t>(cols) * 2;
-  const uint64_t group_bytes = broadcast ? row_bytes * static_cast<uint64_t>(rows) : static_cast<uint64_t>(group_stride) * 2;
-  const uint64_t matrix_groups = broadcast ? 1 : static_cast<uint64_t>(groups);
-  const uint64_t dims[5] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), matrix_groups, 1, 1};
-  const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes * matrix_groups, group_bytes * matrix_groups};
-  const uint32_t box[5] = {64, static_cast<uint32_t>(tile_rows), 1, 1, 1};
-  *group_step = broadcast ? 0 : 1;
-  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  return encode_row_tile_map(map, base, cols, rows, group_stride, groups, 2, 64, tile_rows,
+                             CU_TENSOR_MAP_SWIZZLE_128B, group_step);
 }
 
 // Fills the kernel's fields past its operands; false where it cannot run.
