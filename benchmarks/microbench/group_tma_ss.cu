@@ -22,9 +22,16 @@
 // Checks 256 output elements against a float64 sum on the host before timing. Kept as the
 // record of session 30's measurement; the production kernel it led to is
 // cuda/matmul/bsmm_group_tma_kernel.cuh (same feed, plus tables, weight groups and edges).
-// Two variants not yet run (no device time left in session 30), each next to its baseline
-// with the argument "next": PAIRS (bs 32, two input blocks per 128-byte-row box) and WIDE
-// (bs 64, 256-column groups over 128 rows).
+// Modes (second argument), each variant next to its baseline (session 31's figures in
+// benchmarks/NOTES.md):
+//   next     PAIRS (bs 32, two input blocks per 128-byte-row box) and WIDE (bs 64,
+//            256-column groups over 128 rows): both slower;
+//   probe    one wave over 132 / 99 / 66 / 33 SMs (is a shared resource the limit?);
+//   cluster  clusters of 2 row tiles sharing the weight blocks by multicast, the remote
+//            arrivals with and without .release.cluster, and the plain kernel launched in
+//            clusters;
+//   3        groups of 192 columns (P = 3 at bs 64, 6 at bs 32): bs 64 1.17x at 1/2 with
+//            clusters of 2, the production kernel's configuration since session 31.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -59,17 +66,21 @@ using T = __nv_bfloat16;
 // instead of 128 columns over 256 rows: the same accumulators, more activation reuse per
 // item where the layout's columns share input blocks (benchmarks/NOTES.md, session 30,
 // point 3: bs 64 at 1/2, 66 against 64 FLOP per byte).
-template <int BS, bool PAIRS = false, bool WIDE = false>
+// COLS = 192: groups of 192 columns over 256 rows (P = 192 / BS; a partial last group where
+// 192 does not divide the width): 192 fp32 accumulators per consumer thread, 48 K per CTA,
+// and more reuse of each activation tile (F blocks per item rises with P).
+template <int BS, bool PAIRS = false, bool WIDE = false, int COLS = 128>
 struct Cfg {
   static constexpr int kTN = WIDE ? 128 : 256;  // rows per CTA: two consumer warpgroups of kMH m64 halves
   static constexpr int kMH = kTN / 128;
-  static constexpr int kP = (WIDE ? 256 : 128) / BS;
+  static constexpr int kP = (WIDE ? 256 : COLS) / BS;
   static constexpr int kHalves = PAIRS ? 2 : 1;  // input blocks per item, at most
   static constexpr int kRowBytes = BS * 2;  // a weight block's row (and a single item's tile row): one swizzle width
   static constexpr int kXBytes = kTN * kRowBytes * kHalves;
   static constexpr int kBlockBytes = BS * kRowBytes;
   static constexpr int kSlotBytes = kXBytes + kHalves * kP * kBlockBytes;
-  static constexpr int kStages = 196 * 1024 / kSlotBytes < 8 ? 196 * 1024 / kSlotBytes : 8;
+  static constexpr int kBudget = (COLS == 192 ? 224 : 196) * 1024;  // bytes of ring
+  static constexpr int kStages = kBudget / kSlotBytes < 8 ? kBudget / kSlotBytes : 8;
   static constexpr int kSmem = kStages * kSlotBytes + 1024;
   static constexpr uint64_t kLayoutType = BS == 64 ? 1 : 2;  // 128- or 64-byte swizzle
   static constexpr uint32_t kAtomBytes = 8 * kRowBytes;     // SBO: 8 rows
@@ -91,9 +102,45 @@ struct Params {
   int groups, row_tiles, out_cols, band;
 };
 
-template <int BS, bool PAIRS, bool WIDE>
+// CL > 1: clusters of CL CTAs over adjacent row tiles of one column group. They walk the
+// same items, so each weight block is loaded once per cluster and multicast to every CTA of
+// it (block j of an item by rank (i + j) % CL), and a slot is refilled only once every CTA's
+// consumers have released it (each consumer warp arrives on every CTA's "empty" barrier).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// One arrival on the barrier at `bar`'s offset in CTA `rank` of the cluster.
+template <bool kReleaseCluster>
+__device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, unsigned rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(jbs::smem_u32(bar)), "r"(rank));
+  if constexpr (kReleaseCluster) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+  } else {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+  }
+}
+
+// tma_load_5d into the same offset of every CTA in `mask`, completing on each one's `bar`.
+__device__ __forceinline__ void tma_load_5d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
+                                                      uint64_t* bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %4, %4}], [%5], %6;\n" ::"r"(jbs::smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(0), "r"(jbs::smem_u32(bar)), "h"(mask)
+      : "memory");
+}
+
+template <int BS, bool PAIRS, bool WIDE, int CL, int MODE, int COLS>
 __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ Params p) {
-  using C = Cfg<BS, PAIRS, WIDE>;
+  using C = Cfg<BS, PAIRS, WIDE, COLS>;
   constexpr int kP = C::kP;
   constexpr int kTN = C::kTN;
   constexpr int kRow = PAIRS ? 2 + 2 * kP : 1 + kP;  // ints per item
@@ -114,11 +161,16 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       jbs::mbarrier_init(full + s, 1);
-      jbs::mbarrier_init(empty + s, 8);
+      jbs::mbarrier_init(empty + s, 8 * CL);
     }
     jbs::mbarrier_init_fence();
   }
-  __syncthreads();
+  if constexpr (CL > 1) {
+    cluster_sync();  // every CTA's barriers exist before any multicast or remote arrival
+  } else {
+    __syncthreads();
+  }
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
   if (tid >= 256) {
     jbs::warpgroup_reg_dealloc<40>();
     if (tid == 256) {
@@ -143,11 +195,19 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
         jbs::mbarrier_arrive_expect_tx(full + stage, x_bytes + count * C::kBlockBytes);
         unsigned char* slot = smem + stage * C::kSlotBytes;
         jbs::tma_load_5d(slot, pair ? &p.x2_map : &p.x_map, input * BS, row_tile * kTN, 0, 0, 0, full + stage);
+        int ordinal = i;
 #pragma unroll
         for (int c = 0; c < kBlocks; ++c) {
           if (blocks[c] >= 0) {
-            jbs::tma_load_5d(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS, 0, 0, 0,
-                             full + stage);
+            if constexpr (CL > 1 && (MODE & 2) == 0) {
+              if (ordinal++ % CL == static_cast<int>(rank)) {
+                tma_load_5d_multicast(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS,
+                                      full + stage, static_cast<uint16_t>((1u << CL) - 1));
+              }
+            } else {
+              jbs::tma_load_5d(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS, 0, 0, 0,
+                               full + stage);
+            }
           }
         }
         if (++stage == C::kStages) stage = 0, ++round;
@@ -190,11 +250,20 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
     }
     jbs::wgmma_commit();
     jbs::wgmma_wait<1>();
-    if (prev >= 0) jbs::mbarrier_arrive_warp(empty + prev, lane);
+    if (prev >= 0) {
+      if constexpr (CL > 1) {
+        __syncwarp();
+        if (lane < CL) mbarrier_arrive_remote<(MODE & 1) != 0>(empty + prev, lane);
+      } else {
+        jbs::mbarrier_arrive_warp(empty + prev, lane);
+      }
+    }
     prev = stage;
     if (++stage == C::kStages) stage = 0, ++round;
   }
   jbs::wgmma_wait<0>();
+  // No CTA leaves while a peer may still arrive on its barriers (the producers have exited).
+  if constexpr (CL > 1) cluster_sync();
   // Straight from the accumulators: rows 16 (warp % 4) + lane / 4 (+ 8), columns 2 (lane % 4) of each 8.
   const int r0 = row_tile * kTN + wg * kTN / 2 + (warp & 3) * 16 + lane / 4;
 #pragma unroll
@@ -204,6 +273,7 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
 #pragma unroll
       for (int nt = 0; nt < BS / 8; ++nt) {
         const int col = (group * kP + c) * BS + nt * 8 + 2 * (lane & 3);
+        if (col >= p.out_cols) continue;  // a partial last group
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int64_t r = r0 + h * 64 + half * 8;
@@ -215,11 +285,13 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   }
 }
 
-template <int BS, bool PAIRS = false, bool WIDE = false>
-void run(int n, double density, int band, double dense_tflops) {
-  using C = Cfg<BS, PAIRS, WIDE>;
+bool g_probe = false;  // "probe": also time one wave over fewer SMs
+
+template <int BS, bool PAIRS = false, bool WIDE = false, int CL = 1, int MODE = 0, int COLS = 128>
+void run(int n, double density, int band, double dense_tflops, int launch_cl = CL) {
+  using C = Cfg<BS, PAIRS, WIDE, COLS>;
   constexpr int kTN = C::kTN;
-  const int cb = n / BS, kb = n / BS, P = C::kP, groups = kb / P;
+  const int cb = n / BS, kb = n / BS, P = C::kP, groups = (kb + P - 1) / P;
   std::mt19937 rng(1234 + BS);
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<int> block_at(static_cast<size_t>(cb) * kb, -1);
@@ -233,11 +305,13 @@ void run(int n, double density, int band, double dense_tflops) {
   for (int g = 0; g < groups; ++g) {
     auto in_union = [&](int c) {
       bool any = false;
-      for (int j = 0; j < P; ++j) any |= c < cb && block_at[static_cast<size_t>(c) * kb + g * P + j] >= 0;
+      for (int j = 0; j < P && g * P + j < kb; ++j) any |= c < cb && block_at[static_cast<size_t>(c) * kb + g * P + j] >= 0;
       return any;
     };
     auto push_blocks = [&](int c) {
-      for (int j = 0; j < P; ++j) items.push_back(c < 0 ? -1 : block_at[static_cast<size_t>(c) * kb + g * P + j]);
+      for (int j = 0; j < P; ++j) {
+        items.push_back(c < 0 || g * P + j >= kb ? -1 : block_at[static_cast<size_t>(c) * kb + g * P + j]);
+      }
     };
     for (int c = 0; c < cb; ++c) {
       if (!in_union(c)) continue;
@@ -270,9 +344,10 @@ void run(int n, double density, int band, double dense_tflops) {
   if (!jbs::encode_tensor_map_16bit(&p.x_map, x, {uint64_t(n), uint64_t(n), 1, 1, 1},
                                     {uint64_t(n) * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2},
                                     {BS, kTN, 1, 1, 1}, sw) ||
-      !jbs::encode_tensor_map_16bit(&p.x2_map, x, {uint64_t(n), uint64_t(n), 1, 1, 1},
+      // The pair map only where used: at bs 64 its 256-byte rows exceed the widest swizzle.
+      (PAIRS && !jbs::encode_tensor_map_16bit(&p.x2_map, x, {uint64_t(n), uint64_t(n), 1, 1, 1},
                                     {uint64_t(n) * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2, uint64_t(n) * n * 2},
-                                    {2 * BS, kTN, 1, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B) ||
+                                    {2 * BS, kTN, 1, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B)) ||
       !jbs::encode_tensor_map_16bit(&p.w_map, w, {BS, uint64_t(nnz) * BS, 1, 1, 1},
                                     {BS * 2, uint64_t(nnz) * BS * BS * 2, uint64_t(nnz) * BS * BS * 2,
                                      uint64_t(nnz) * BS * BS * 2},
@@ -287,10 +362,35 @@ void run(int n, double density, int band, double dense_tflops) {
   p.row_tiles = n / kTN;
   p.out_cols = n;
   p.band = band;
-  auto kernel = group_tma_ss<BS, PAIRS, WIDE>;
+  auto kernel = group_tma_ss<BS, PAIRS, WIDE, CL, MODE, COLS>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const int grid = groups * p.row_tiles;
-  kernel<<<grid, 384, C::kSmem>>>(p);
+  // CTAs in clusters of launch_cl adjacent ids: adjacent row tiles of one group (band % CL == 0).
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = launch_cl;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  auto config_for = [&](int ctas) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(ctas);
+    config.blockDim = dim3(384);
+    config.dynamicSmemBytes = C::kSmem;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return config;
+  };
+  auto launch = [&](int ctas) {
+    const cudaLaunchConfig_t config = config_for(ctas);
+    CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  };
+  if (launch_cl > 1) {
+    const cudaLaunchConfig_t config = config_for(grid);
+    int clusters = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    std::printf("  clusters of %d resident at once: %d (%d CTAs)\n", launch_cl, clusters, clusters * launch_cl);
+  }
+  launch(grid);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   std::vector<T> hy(static_cast<size_t>(n) * n);
@@ -316,10 +416,10 @@ void run(int n, double density, int band, double dense_tflops) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  for (int i = 0; i < 3; ++i) kernel<<<grid, 384, C::kSmem>>>(p);
+  for (int i = 0; i < 3; ++i) launch(grid);
   constexpr int kReps = 20;
   cudaEventRecord(e0);
-  for (int i = 0; i < kReps; ++i) kernel<<<grid, 384, C::kSmem>>>(p);
+  for (int i = 0; i < kReps; ++i) launch(grid);
   cudaEventRecord(e1);
   CHECK(cudaEventSynchronize(e1));
   float ms = 0;
@@ -329,11 +429,34 @@ void run(int n, double density, int band, double dense_tflops) {
   const int n_items = offsets.back();
   const double smem_bytes = static_cast<double>(p.row_tiles) *
                             (double(n_items + pairs) * kTN * C::kRowBytes + double(nnz) * C::kBlockBytes);
-  std::printf("bs %2d%s%s density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
+  std::printf("bs %2d cols %d%s%s cluster %d/%d mode %d density 1/%-3.0f band %d: %8.1f us %6.1f TFLOP/s (%4.1f%% of dense %.0f) %5.2f TB/s into smem, "
               "items %d, blocks/item %.2f, stages %d, max rel err %.2e%s\n",
-              BS, PAIRS ? " pairs" : "", WIDE ? " wide" : "", 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
+              BS, P * BS, PAIRS ? " pairs" : "", WIDE ? " wide" : "", CL, launch_cl, MODE, 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
               smem_bytes / us * 1e-6, n_items, double(nnz) / n_items, C::kStages, worst,
               worst < 1e-3 ? "" : "  WRONG");
+  if (g_probe) {
+    // One wave of the first `ctas` CTAs (band order: the first groups over the first row
+    // tiles, so about equal work each): if a shared resource (the L2) bounds the feed, a
+    // CTA runs faster when fewer SMs are busy; if each SM's own intake does, it does not.
+    int num_sms = 0;
+    CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+    double bytes_per_cta = 0;  // the first num_sms CTAs' mean bytes into shared memory
+    for (int id = 0; id < num_sms; ++id) {
+      const int g = id / band;
+      bytes_per_cta += (double(offsets[g + 1] - offsets[g]) * kTN * C::kRowBytes) / num_sms;
+    }
+    for (const int ctas : {num_sms, num_sms * 3 / 4, num_sms / 2, num_sms / 4}) {
+      for (int i = 0; i < 3; ++i) launch(ctas);
+      cudaEventRecord(e0);
+      for (int i = 0; i < kReps; ++i) launch(ctas);
+      cudaEventRecord(e1);
+      CHECK(cudaEventSynchronize(e1));
+      cudaEventElapsedTime(&ms, e0, e1);
+      const double wave_us = ms * 1000 / kReps;
+      std::printf("    one wave of %3d CTAs: %7.1f us; activation tiles alone %.1f GB/s per SM\n", ctas, wave_us,
+                  bytes_per_cta / wave_us * 1e-3);
+    }
+  }
   cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items);
 }
 
@@ -343,6 +466,39 @@ int main(int argc, char** argv) {
   const double dense = argc > 1 ? std::atof(argv[1]) : 790.0;  // TFLOP/s of the dense dot, measured elsewhere
   // "next": session 30's untried variants next to their baselines (bs 32 pairs, bs 64 wide).
   const bool next_only = argc > 2 && argv[2][0] == 'n';
+  g_probe = argc > 2 && argv[2][0] == 'p';
+  if (g_probe) {
+    for (double d : {1.0, 0.5}) run<64>(8192, d, 4, dense);
+    run<32>(8192, 0.5, 4, dense);
+    return 0;
+  }
+  // "3": groups of 192 columns beside 128, each also launched in clusters of 2 (no sharing).
+  if (argc > 2 && argv[2][0] == '3') {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<64>(8192, d, 4, dense);
+      run<64, false, false, 1, 0, 192>(8192, d, 4, dense);
+      run<64>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+    }
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32>(8192, d, 4, dense);
+      run<32, false, false, 1, 0, 192>(8192, d, 4, dense);
+      run<32, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  // "cluster": the weight blocks multicast over clusters of 2 and 4 row tiles.
+  if (argc > 2 && argv[2][0] == 'c') {
+    // CL / launch_cl: 1/2 is the plain kernel launched in clusters of 2 (no sharing).
+    for (double d : {0.5, 0.125}) {
+      run<64>(8192, d, 4, dense);
+      run<64>(8192, d, 4, dense, 2);
+      run<64, false, false, 2>(8192, d, 4, dense);
+      run<64, false, false, 2, 1>(8192, d, 4, dense);
+      run<64, false, false, 2, 2>(8192, d, 4, dense);
+    }
+    return 0;
+  }
   if (next_only) {
     for (double d : {0.5, 0.25, 0.125}) {
       run<64>(8192, d, 4, dense);
