@@ -7,7 +7,8 @@ import jax.numpy as jnp
 from hypothesis import given, settings, strategies as st
 
 import jbs
-from jbs._src.tables import build_conv_tables, build_tables, dw_panel_columns, paired_order, pairs_columns
+from jbs._src.tables import (build_conv_tables, build_tables, dw_panel_columns, paired_order, pairs_columns,
+                             tables_for, wide_group_width)
 from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error
 
 
@@ -124,18 +125,37 @@ def test_column_groups_cover_each_segment_exactly(rng, width):
     layout = awkward_layout(rng, 7, 10, density=0.3)
     for t in (build_tables(layout, width), build_conv_tables(layout, 6, width)):
         for op in ("fwd", "dx"):
-            offsets, items = getattr(t, f"{op}_offsets"), getattr(t, f"{op}_items")
-            group_offsets, groups = getattr(t, f"{op}_group_offsets"), getattr(t, f"{op}_group_items")
-            assert groups.shape[1] == 1 + width and len(group_offsets) == -(-(len(offsets) - 1) // width) + 1
-            for segment in range(len(offsets) - 1):
-                q, p = divmod(segment, width)
-                rows = groups[group_offsets[q]:group_offsets[q + 1]]
-                assert (np.diff(rows[:, 0]) > 0).all()
-                held = {(int(b), int(i)) for i, b in zip(rows[:, 0], rows[:, 1 + p]) if b >= 0}
-                assert held == set(map(tuple, items[offsets[segment]:offsets[segment + 1]].tolist()))
-            # the last group's columns past the last segment hold no block (the kernel skips them)
-            last = (len(offsets) - 2) % width + 1
-            assert (groups[group_offsets[-2]:, 1 + last:] == -1).all()
+            _check_column_groups(t, op, "group", width)
+
+
+def _check_column_groups(t, op, kind, width):
+    offsets, items = getattr(t, f"{op}_offsets"), getattr(t, f"{op}_items")
+    group_offsets = getattr(t, f"{op}_{kind}_offsets")
+    groups = getattr(t, f"{op}_{kind}_items")
+    assert groups.shape[1] == 1 + width and len(group_offsets) == -(-(len(offsets) - 1) // width) + 1
+    for segment in range(len(offsets) - 1):
+        q, p = divmod(segment, width)
+        rows = groups[group_offsets[q]:group_offsets[q + 1]]
+        assert (np.diff(rows[:, 0]) > 0).all()
+        held = {(int(b), int(i)) for i, b in zip(rows[:, 0], rows[:, 1 + p]) if b >= 0}
+        assert held == set(map(tuple, items[offsets[segment]:offsets[segment + 1]].tolist()))
+    # the last group's columns past the last segment hold no block (the kernel skips them)
+    last = (len(offsets) - 2) % width + 1
+    assert (groups[group_offsets[-2]:, 1 + last:] == -1).all()
+
+
+@pytest.mark.parametrize("bs", [8, 16, 32, 64])
+def test_wide_column_groups(rng, bs):
+    """The TMA kernel's wide groups: three columns each at bs 64 (covering every segment as the
+    ordinary groups do, a partial last group where 3 does not divide the columns), and the
+    ordinary groups themselves at the other block sizes."""
+    layout = awkward_layout(rng, 9, 11, density=0.3)
+    t = tables_for(layout, bs)
+    for op in ("fwd", "dx"):
+        _check_column_groups(t, op, "wide", wide_group_width(bs))
+        if bs != 64:
+            assert getattr(t, f"{op}_wide_items") is getattr(t, f"{op}_group_items")
+    assert wide_group_width(64) == 3
 
 
 @pytest.mark.parametrize("width", [2, 4, 8])

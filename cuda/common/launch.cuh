@@ -97,4 +97,27 @@ cudaError_t launch_kernel(void (*kernel)(Params), dim3 grid, dim3 block, size_t 
   return cudaGetLastError();
 }
 
+// The same in clusters of `cluster_x` CTAs along x (sm_90; grid.x a multiple of it).
+template <typename Params>
+cudaError_t launch_kernel_in_clusters(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,
+                                      cudaStream_t stream, const Params& params, unsigned cluster_x) {
+  if (smem_bytes + 1024 > kDefaultSmemLimit) {
+    cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
+    if (err != cudaSuccess) return err;
+  }
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
 }  // namespace jbs

@@ -129,28 +129,47 @@ inline ffi::Error check_dw_scratch(const char* target, const ffi::AnyBuffer& scr
 
 namespace jbs {
 
-// Column-group tables of the large-N kernels (jbs/_src/tables.py _groups):
-// offsets (num_groups + 1,) and items (union items, 1 + width) with
-// width = max(1, 128 / bs) and num_groups = ceil(out_blocks / width). On
-// success they are set in the launch arguments.
+// Column groups of `width` output block columns (jbs/_src/tables.py _groups): operands
+// {kind}_offsets (num_groups + 1,) and {kind}_items (union items, 1 + width) with
+// num_groups = ceil(out_blocks / width). Returns num_groups through *groups.
+inline ffi::Error check_column_groups(const char* target, const std::string& kind, const ffi::AnyBuffer& offsets,
+                                      const ffi::AnyBuffer& items, int64_t out_blocks, int64_t width,
+                                      int64_t* groups) {
+  JBS_RETURN_IF_ERROR(check_index(target, "operand " + kind + "_offsets", offsets, 1, "(num_groups + 1,)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand " + kind + "_items", items, 2, "(union items, 1 + width)"));
+  *groups = (out_blocks + width - 1) / width;
+  if (items.dimensions()[1] != 1 + width || offsets.dimensions()[0] != *groups + 1) {
+    return invalid(target, "operands " + kind + "_offsets " + shape_str(offsets.dimensions()) + " and " + kind +
+                               "_items " + shape_str(items.dimensions()) + " expected (" + to_string(*groups + 1) +
+                               ",) and (n, " + to_string(1 + width) + ") for " + to_string(out_blocks) +
+                               " output blocks of " + to_string(width) + " per group");
+  }
+  return ffi::Error::Success();
+}
+
+// The ordinary groups of the large-N kernels: width = max(1, 128 / bs).
 inline ffi::Error set_groups(const char* target, const ffi::AnyBuffer& offsets,
                              const ffi::AnyBuffer& items, int64_t out_blocks, int64_t bs,
                              BsmmBlocksArgs* a) {
-  JBS_RETURN_IF_ERROR(check_index(target, "operand group_offsets", offsets, 1, "(num_groups + 1,)"));
-  JBS_RETURN_IF_ERROR(check_index(target, "operand group_items", items, 2, "(union items, 1 + width)"));
   const int64_t width = bs >= 128 ? 1 : 128 / bs;
-  const int64_t groups = (out_blocks + width - 1) / width;
-  if (items.dimensions()[1] != 1 + width || offsets.dimensions()[0] != groups + 1) {
-    return invalid(target, "operands group_offsets " + shape_str(offsets.dimensions()) +
-                               " and group_items " + shape_str(items.dimensions()) + " expected (" +
-                               to_string(groups + 1) + ",) and (n, " + to_string(1 + width) +
-                               ") for " + to_string(out_blocks) + " output blocks of " + to_string(bs));
-  }
+  JBS_RETURN_IF_ERROR(check_column_groups(target, "group", offsets, items, out_blocks, width, &a->num_groups));
   a->group_offsets = static_cast<const int32_t*>(offsets.untyped_data());
   a->group_items = static_cast<const int32_t*>(items.untyped_data());
-  a->num_groups = groups;
   a->num_group_items = items.dimensions()[0];
   a->group_width = static_cast<int>(width);
+  return ffi::Error::Success();
+}
+
+// The TMA group kernel's wide groups (jbs/_src/tables.py wide_group_width: 3 columns at
+// bs 64, the ordinary width otherwise).
+inline ffi::Error set_wide_groups(const char* target, const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
+                                  int64_t out_blocks, int64_t bs, BsmmBlocksArgs* a) {
+  const int64_t width = bs == 64 ? 3 : (bs >= 128 ? 1 : 128 / bs);
+  JBS_RETURN_IF_ERROR(check_column_groups(target, "wide", offsets, items, out_blocks, width, &a->num_wide_groups));
+  a->wide_offsets = static_cast<const int32_t*>(offsets.untyped_data());
+  a->wide_items = static_cast<const int32_t*>(items.untyped_data());
+  a->num_wide_items = items.dimensions()[0];
+  a->wide_width = static_cast<int>(width);
   return ffi::Error::Success();
 }
 

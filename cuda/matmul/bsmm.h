@@ -57,6 +57,13 @@ struct BsmmBlocksArgs {
   int64_t num_groups = 0;
   int64_t num_group_items = 0;  // rows of group_items (the groups' union items)
   int group_width = 0;
+  // The same groups wide_width columns each (3 at bs 64; tables.py wide_group_width), for
+  // the TMA group kernel; at other block sizes the groups above.
+  const int32_t* wide_offsets = nullptr;
+  const int32_t* wide_items = nullptr;
+  int64_t num_wide_groups = 0;
+  int64_t num_wide_items = 0;
+  int wide_width = 0;
   // The same groups' columns paired by shared inputs (convs only; tables.py paired_order):
   // output block column p of group q is paired_columns[q * group_width + p] (-1: none).
   // nullptr: none given. Only the conv strip kernel reads them.

@@ -3,9 +3,12 @@
 // on the way in. 16-bit types at blocks of 32 or 64, fp32 (as tf32) at 32; sm_90a.
 //
 // The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
-// a CTA owns a tile of 256 rows x P = 128 / BS output block columns and walks the
-// union of its columns' input blocks ("items", matmul tables: group_items), so each
-// activation tile it loads feeds every block of the item. What differs is the feed:
+// a CTA owns a tile of 256 rows x P output block columns and walks the union of its
+// columns' input blocks ("items", matmul tables), so each activation tile it loads
+// feeds every block of the item. P = 128 / BS (group_items) at bs 32; at bs 64 P = 3
+// (the wide groups, tables.py wide_group_width): 192 fp32 accumulators per consumer
+// thread, and 1.73 blocks per item at density 1/2 instead of 1.34, which ran 1.14x
+// faster in the replica (benchmarks/NOTES.md, session 31). What differs is the feed:
 //  * the wgmma group kernels copy the activation tile and the blocks with 16-byte
 //    cp.asyncs from 128 threads and load A fragments into registers (RS wgmma).
 //    They moved ~4.4-4.7 TB/s from L2 and ran at 31-39% of the dense rate at bs 64
@@ -59,15 +62,20 @@ struct GroupTmaParams : FwdDxOperands {
                        // weight groups) in boxes of BS x BS
   const int32_t* group_offsets;  // (num_groups + 1)
   const int32_t* group_items;    // (union items, 1 + P): input block, then column c's block or -1
+                                 // (the wide groups at bs 64)
   int num_groups;
   int row_tiles;
   int in_group_step;  // 1, or 0 where `in` is shared by the weight groups
   int w_group_step;   // the same for the weights
 };
 
+// Output block columns per CTA: 3 at 16-bit bs 64 (the wide groups), 128 / BS otherwise.
+template <typename T, int BS>
+inline constexpr int kGroupTmaWidth = kIs16Bit<T> && BS == 64 ? 3 : 128 / BS;
+
 template <typename T, int BS>
 struct GroupTmaConfig : WarpRoles<40, 232> {
-  static constexpr int kP = 128 / BS;
+  static constexpr int kP = kGroupTmaWidth<T, BS>;
   static constexpr int kTN = 256;
   static constexpr int kRowBytes = BS * static_cast<int>(sizeof(T));  // one swizzle span: 128 or 64 bytes
   static constexpr int kKSteps = kRowBytes / 32;  // a k-step is 32 bytes of a row: k16 (16-bit) or k8 (tf32)
@@ -76,9 +84,10 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   static constexpr int kTileBytes = kTN * kRowBytes;
   static constexpr int kBlockBytes = BS * kRowBytes;
   static constexpr int kSlotBytes = kTileBytes + kP * kBlockBytes;
-  // As many slots as 196 KB hold: 4 with 128-byte rows, 8 with 64-byte rows (16-bit bs 32).
-  static constexpr int kStages = 196 * 1024 / kSlotBytes < 8 ? 196 * 1024 / kSlotBytes : 8;
-  static constexpr int kLdC = 128 + 8;  // the epilogue's staged fp32 rows, in the drained ring
+  // As many slots as 224 KB hold, at most 8: 4 with 128-byte rows (56 KB at bs 64, 48 KB for
+  // fp32), 8 with 64-byte rows (16-bit bs 32).
+  static constexpr int kStages = 224 * 1024 / kSlotBytes < 8 ? 224 * 1024 / kSlotBytes : 8;
+  static constexpr int kLdC = kP * BS + 8;  // the epilogue's staged fp32 rows, in the drained ring
   static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
   // + 1 KB to align the ring to the swizzle's atoms.
   static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
@@ -88,6 +97,10 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   // innermost), so a wave shares a few row tiles' activations and its groups'
   // weights in L2. 4 measured 1-8% faster than 8 (benchmarks/NOTES.md, session 30).
   static constexpr int kBand = 4;
+  // Launched in clusters of two CTAs where the grid allows (adjacent row tiles of a group;
+  // nothing is shared): 1-4% faster in the replica, likely from where the pairs are placed
+  // (benchmarks/NOTES.md, session 31).
+  static constexpr int kCluster = 2;
 };
 
 template <typename T, int BS>

@@ -363,8 +363,15 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
   if constexpr (kGroupTmaSupported<T, BS>) {
     const int env = group_tma_env();
     const bool needs_copy = !kIs16Bit<T> && !a.transpose_w;
-    if (env == 0 || a.gathered || (!kIs16Bit<T> && a.precise) || a.group_items == nullptr ||
-        a.group_width != 128 / BS || a.num_group_items <= 0 || a.nnz <= 0 || a.rows <= kStreamMaxRowsHost ||
+    // Its groups: the wide ones where its width is not the ordinary groups' (16-bit bs 64).
+    const bool wide = kGroupTmaWidth<T, BS> != 128 / BS;
+    const int32_t* const group_offsets = wide ? a.wide_offsets : a.group_offsets;
+    const int32_t* const group_items = wide ? a.wide_items : a.group_items;
+    const int64_t num_groups = wide ? a.num_wide_groups : a.num_groups;
+    const int64_t num_items = wide ? a.num_wide_items : a.num_group_items;
+    const int width = wide ? a.wide_width : a.group_width;
+    if (env == 0 || a.gathered || (!kIs16Bit<T> && a.precise) || group_items == nullptr ||
+        width != kGroupTmaWidth<T, BS> || num_items <= 0 || a.nnz <= 0 || a.rows <= kStreamMaxRowsHost ||
         a.rows > int64_t{INT32_MAX} - GroupTmaConfig<T, BS>::kTN || a.nnz > INT32_MAX / BS ||
         (needs_copy && (a.scratch == nullptr || a.scratch_bytes < transposed_weight_bytes(a))) || !device_is_sm90()) {
       return false;
@@ -372,15 +379,15 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
     const int row_tiles = static_cast<int>((a.rows + GroupTmaConfig<T, BS>::kTN - 1) / GroupTmaConfig<T, BS>::kTN);
     if (env < 0) {
       if (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0) return false;
-      const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
-      const bool fills_sms = a.num_groups * row_tiles * a.groups >= a.num_sms;
+      const double reuse = static_cast<double>(a.nnz) / static_cast<double>(num_items);
+      const bool fills_sms = num_groups * row_tiles * a.groups >= a.num_sms;
       if (!fills_sms && reuse < min_wgmma_reuse(BS, false, !kIs16Bit<T>)) return false;
     }
     static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
                                                     a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
-    p->group_offsets = a.group_offsets;
-    p->group_items = a.group_items;
-    p->num_groups = static_cast<int>(a.num_groups);
+    p->group_offsets = group_offsets;
+    p->group_items = group_items;
+    p->num_groups = static_cast<int>(num_groups);
     p->row_tiles = row_tiles;
     return group_tma_maps<T, BS>(a, p);
   }
@@ -400,7 +407,11 @@ cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaPara
     }
     // The handlers guarantee num_groups * row tiles < 2^31 and groups <= 65535.
     const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups));
-    return launch_kernel(bsmm_group_tma_kernel<T, BS, TRANS>, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+    const auto kernel = bsmm_group_tma_kernel<T, BS, TRANS>;
+    if (grid.x % Cfg::kCluster == 0) {
+      return launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p, Cfg::kCluster);
+    }
+    return launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_group_tma() is false for these
   }

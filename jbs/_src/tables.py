@@ -39,6 +39,12 @@ class Tables(NamedTuple):
     fwd_group_items: np.ndarray    # (union items, 1 + width) [input block, block index per column or -1]
     dx_group_offsets: np.ndarray
     dx_group_items: np.ndarray
+    # The same groups, wide_group_width(block_size) columns each: the TMA group kernel's at
+    # bs 64 (three columns); the groups above, as they are, at every other block size.
+    fwd_wide_offsets: np.ndarray
+    fwd_wide_items: np.ndarray
+    dx_wide_offsets: np.ndarray
+    dx_wide_items: np.ndarray
     # Row groups of the conv weight-gradient kernel (the reference path ignores them), see _row_groups:
     dw_row_groups: np.ndarray  # (groups, width / 2) consecutive blocks of one block row, -1 past its end
     # The blocks by panels of output block columns, for the small-N dw panel kernel (the
@@ -108,6 +114,15 @@ def _chunks(offsets: np.ndarray, limit: int | None = None) -> tuple[np.ndarray, 
 def group_width(block_size: int) -> int:
     """Output block columns per CTA of the large-N kernels: a 128-wide output tile."""
     return max(1, 128 // block_size)
+
+
+def wide_group_width(block_size: int) -> int:
+    """Output block columns per CTA of the TMA-fed large-N kernel (cuda/matmul/
+    bsmm_group_tma_kernel.cuh): three at bs 64 (a 192-wide tile, 48 K fp32 accumulators, where
+    128 columns hold 32 K), group_width elsewhere. The wider group reuses each activation tile
+    for more blocks (at density 1/2, 1.73 blocks per item against 1.34): its replica ran bs 64
+    at 1/2 1.14x faster (benchmarks/NOTES.md, session 31). At bs 32 six columns were slower."""
+    return 3 if block_size == 64 else group_width(block_size)
 
 
 def _groups(offsets: np.ndarray, items: np.ndarray, width: int,
@@ -230,9 +245,10 @@ def _improve_by_swaps(order: np.ndarray, inputs: np.ndarray, width: int) -> np.n
     return order
 
 
-def build_tables(layout: np.ndarray, width: int = 4) -> Tables:
+def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = None) -> Tables:
     """Builds the tables of a validated bool layout of shape (Cb, Kb); ``width`` is the column
-    group width of the large-N kernels (group_width(block_size))."""
+    group width of the large-N kernels (group_width(block_size)), ``wide_width`` the TMA
+    kernel's (wide_group_width(block_size); None: the same groups)."""
     cb, kb = layout.shape
     rows, cols = np.nonzero(layout)  # row-major: the packed weight order
     blocks = np.arange(rows.size)
@@ -253,13 +269,33 @@ def build_tables(layout: np.ndarray, width: int = 4) -> Tables:
            for name, table in zip(("chunks", "splits"), _chunks(offsets))},
         **_group_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
                         dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1), width),
+        **_wide_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
+                       dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1),
+                       None if wide_width == width else wide_width),
         dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
         **dict(zip(("dw_panel_items", "dw_panel_offsets"),
                    map(as_i32, _dw_panels(rows, cols, dw_panel_columns(128 // width))))),
     )
+    if wide_width is None or wide_width == width:
+        tables = tables._replace(**{f"{op}_wide_{name}": getattr(tables, f"{op}_group_{name}")
+                                    for op in ("fwd", "dx") for name in ("offsets", "items")})
     for table in tables:
         table.setflags(write=False)
     return tables
+
+
+def _wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width) -> dict:
+    """The wide column groups of fwd and dx (see wide_group_width); None: empty placeholders,
+    which build_tables replaces by the ordinary groups."""
+    fields = {}
+    for op, offsets, items in (("fwd", fwd_offsets, fwd_items), ("dx", dx_offsets, dx_items)):
+        if width is None:
+            fields[f"{op}_wide_offsets"] = fields[f"{op}_wide_items"] = None
+            continue
+        group_offsets, group_items = _groups(np.asarray(offsets), np.asarray(items), width)
+        fields[f"{op}_wide_offsets"] = np.ascontiguousarray(group_offsets, dtype=np.int32)
+        fields[f"{op}_wide_items"] = np.ascontiguousarray(group_items, dtype=np.int32)
+    return fields
 
 
 # Output channels per panel of the small-N dw panel kernel: its shared memory holds dy's rows
@@ -330,14 +366,14 @@ def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int) -> Tables:
-    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width)
+def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width: int) -> Tables:
+    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width, wide_width)
 
 
 def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
     """Cached tables of a bool layout: rebuilding an op with the same layout is free."""
     return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape,
-                   group_width(block_size))
+                   group_width(block_size), wide_group_width(block_size))
 
 
 def pairs_columns(layout: np.ndarray, width: int, pairing: str = "auto") -> bool:
