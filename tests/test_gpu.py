@@ -456,6 +456,30 @@ def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype
         assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
 
 
+def test_handler_checks_the_wide_groups(rng, monkeypatch):
+    """The fwd handler reads the TMA kernel's wide groups (3 columns at bs 64) as its last two
+    operands: given the ordinary 2-column groups there it returns an error naming them;
+    given the right ones, the product (1000 rows: the TMA kernel over 3 wide groups, the
+    last one partial, forced by JBS_GROUP_TMA=1)."""
+    from jbs._src.tables import tables_for
+    from test_conv_gpu import kernel_names
+    monkeypatch.setenv("JBS_GROUP_TMA", "1")
+    layout = heavy_column_layout(rng, 5, 8, density=0.5)
+    bsmm = jbs.BlockSparseMatMul(layout, 64)
+    t = tables_for(np.asarray(bsmm.layout), 64)
+    x = random_array(rng, (1, 1000, bsmm.shape[0]), jnp.bfloat16)
+    w = random_array(rng, (1,) + bsmm.w_shape, jnp.bfloat16)
+    call = jax.ffi.ffi_call("jbs_bsmm_fwd", [jax.ShapeDtypeStruct((1, 1000, bsmm.shape[1]), jnp.bfloat16),
+                                             jax.ShapeDtypeStruct((1 << 16,), jnp.float32)])
+    tables = [t.fwd_offsets, t.fwd_items, t.fwd_chunks, t.fwd_splits, t.fwd_group_offsets, t.fwd_group_items]
+    attributes = dict(block_size=np.int32(64), precision=np.int32(0))
+    with pytest.raises(Exception, match=r"wide_offsets \(5,\) and wide_items \(\d+, 3\) expected \(4,\) and \(n, 4\)"):
+        jax.block_until_ready(call(x, w, *tables, t.fwd_group_offsets, t.fwd_group_items, **attributes))
+    fwd = jax.jit(lambda x, w: call(x, w, *tables, t.fwd_wide_offsets, t.fwd_wide_items, **attributes)[0])
+    assert any("bsmm_group_tma_kernel" in name for name in kernel_names(fwd, x, w)), "the TMA kernel did not run"
+    assert rel_error(fwd(x, w)[0], f64(x[0]) @ dense_f64(bsmm, w[0])) < tolerance(jnp.bfloat16)
+
+
 @pytest.mark.parametrize("rows,expected", [(600, False), (6000, True)])
 def test_tma_group_kernel_leaves_small_low_reuse_grids(rng, monkeypatch, rows, expected):
     """A diagonal layout (reuse 1: one block per union item) at bs 32 over 768 output channels

@@ -126,6 +126,7 @@ def test_column_groups_cover_each_segment_exactly(rng, width):
     for t in (build_tables(layout, width), build_conv_tables(layout, 6, width)):
         for op in ("fwd", "dx"):
             _check_column_groups(t, op, "group", width)
+            assert getattr(t, f"{op}_wide_items") is getattr(t, f"{op}_group_items")
 
 
 def _check_column_groups(t, op, kind, width):

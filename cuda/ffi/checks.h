@@ -164,7 +164,7 @@ inline ffi::Error set_groups(const char* target, const ffi::AnyBuffer& offsets,
 // bs 64, the ordinary width otherwise).
 inline ffi::Error set_wide_groups(const char* target, const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
                                   int64_t out_blocks, int64_t bs, BsmmBlocksArgs* a) {
-  const int64_t width = bs == 64 ? 3 : (bs >= 128 ? 1 : 128 / bs);
+  const int64_t width = wide_group_width(bs);
   JBS_RETURN_IF_ERROR(check_column_groups(target, "wide", offsets, items, out_blocks, width, &a->num_wide_groups));
   a->wide_offsets = static_cast<const int32_t*>(offsets.untyped_data());
   a->wide_items = static_cast<const int32_t*>(items.untyped_data());

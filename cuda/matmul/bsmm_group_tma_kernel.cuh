@@ -46,6 +46,7 @@
 #include "common/tma.cuh"
 #include "common/warp_roles.cuh"
 #include "common/wgmma.cuh"
+#include "matmul/bsmm.h"                 // wide_group_width
 #include "matmul/bsmm_blocks_kernel.cuh"  // FwdDxOperands
 #include "matmul/tile_io.cuh"
 
@@ -71,7 +72,7 @@ struct GroupTmaParams : FwdDxOperands {
 
 // Output block columns per CTA: 3 at 16-bit bs 64 (the wide groups), 128 / BS otherwise.
 template <typename T, int BS>
-inline constexpr int kGroupTmaWidth = kIs16Bit<T> && BS == 64 ? 3 : 128 / BS;
+inline constexpr int kGroupTmaWidth = kIs16Bit<T> ? wide_group_width(BS) : 128 / BS;
 
 template <typename T, int BS>
 struct GroupTmaConfig : WarpRoles<40, 232> {
@@ -91,13 +92,16 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
   // + 1 KB to align the ring to the swizzle's atoms.
   static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
+  // sm_90's opt-in limit per block (227 KB), less ~1 KB for the static barriers and masks.
+  static_assert(kSmemBytes + 1024 <= 232448, "the ring exceeds the opt-in shared memory");
   static constexpr uint64_t kSwizzleMode = kRowBytes == 128 ? 1 : 2;  // descriptor layout type: 128- / 64-byte swizzle
   static constexpr uint32_t kAtomBytes = 8 * kRowBytes;      // 8 rows: the descriptor's stride (SBO)
   // CTAs run in bands of kBand row tiles x every group (the band's row tiles
   // innermost), so a wave shares a few row tiles' activations and its groups'
   // weights in L2. 4 measured 1-8% faster than 8 (benchmarks/NOTES.md, session 30).
   static constexpr int kBand = 4;
-  // Launched in clusters of two CTAs where the grid allows (adjacent row tiles of a group;
+  // Launched in clusters of two CTAs where the grid allows (adjacent row tiles of a group,
+  // or of two where a band's row tiles are odd;
   // nothing is shared): 1-4% faster in the replica, likely from where the pairs are placed
   // (benchmarks/NOTES.md, session 31).
   static constexpr int kCluster = 2;

@@ -316,10 +316,10 @@ inline bool encode_row_tile_map(CUtensorMap* map, const void* base, int64_t cols
 // (H100, benchmarks/NOTES.md, session 30) it ran 1.65-1.84x faster than the wgmma group
 // kernel at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8, including where
 // the one-column kernel had served (reuse below min_wgmma_reuse), so it takes such calls
-// from kWgmmaMinRows rows: every one where the wgmma group kernel would have run (the same
-// 256-row tiles and groups, so the same grid), and the others where its grid still gives
-// every SM a CTA (a narrow output over few row tiles has more CTAs on the one-column
-// kernel's 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
+// from kWgmmaMinRows rows: where its reuse (blocks per union item of its own groups, the
+// wide ones at bs 64) reaches that threshold, and below it where its grid still gives every
+// SM a CTA (a narrow output over few row tiles has more CTAs on the one-column kernel's
+// 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
 // it can run, ahead of every other group kernel (JBS_GROUPS=0 included), though the panel
 // kernel, asked first, keeps its calls unless JBS_PANEL=0. JBS_GROUPS and JBS_WGMMA, which
 // force the older group kernels, turn it off unless JBS_GROUP_TMA=1.
@@ -409,7 +409,11 @@ cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaPara
     const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups));
     const auto kernel = bsmm_group_tma_kernel<T, BS, TRANS>;
     if (grid.x % Cfg::kCluster == 0) {
-      return launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p, Cfg::kCluster);
+      const cudaError_t err =
+          launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p, Cfg::kCluster);
+      // A device that cannot place the pairs (an SM partition) runs the kernel without clusters.
+      if (err != cudaErrorInvalidClusterSize) return err;
+      (void)cudaGetLastError();
     }
     return launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
   } else {

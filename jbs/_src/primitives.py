@@ -6,7 +6,7 @@ Three primitives, each bilinear in its two data operands:
     bsmm_dx(dy, w)  -> dx = dy @ W.T       (G, N, K), (G, nnz, bs, bs) -> (G, N, C)
     bsmm_dw(x, dy)  -> dw = x.T @ dy on the nonzero blocks only  -> (G, nnz, bs, bs)
 
-followed by the five int32 lookup tables of the layout (tables.Tables), which every primitive
+followed by every int32 lookup table of the layout (tables.Tables), which every primitive
 carries so that each one's transpose can bind the others. Every data operand has a leading
 group axis of size 1 (shared by all groups) or G; groups are how ``vmap`` over stacked weights
 runs in one kernel launch instead of a Python loop.

@@ -417,7 +417,9 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: st
                            fwd_order=paired_order(layout, width) if pair else None,
                            dx_order=paired_order(layout.T, width) if pair else None)
     # (dx_chunks/dx_splits stay the stacked layout's: the conv kernels never read them)
-    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items, **groups)
+    # (the convs have no TMA group kernel: their wide groups are their ordinary ones)
+    wide = {f"{op}_wide_{name}": groups[f"{op}_group_{name}"] for op in ("fwd", "dx") for name in ("offsets", "items")}
+    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items, **groups, **wide)
     for table in tables:
         table.setflags(write=False)
     return tables
