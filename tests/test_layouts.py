@@ -147,16 +147,16 @@ def _check_column_groups(t, op, kind, width):
 
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])
 def test_wide_column_groups(rng, bs):
-    """The TMA kernel's wide groups: three columns each at bs 64 (covering every segment as the
-    ordinary groups do, a partial last group where 3 does not divide the columns), and the
-    ordinary groups themselves at the other block sizes."""
+    """The TMA kernel's wide groups: 192 columns each at bs 64 and 32 (covering every segment as
+    the ordinary groups do, a partial last group where 3 or 6 does not divide the columns), and
+    the ordinary groups themselves at the other block sizes."""
     layout = awkward_layout(rng, 9, 11, density=0.3)
     t = tables_for(layout, bs)
     for op in ("fwd", "dx"):
         _check_column_groups(t, op, "wide", wide_group_width(bs))
-        if bs != 64:
+        if bs not in (32, 64):
             assert getattr(t, f"{op}_wide_items") is getattr(t, f"{op}_group_items")
-    assert wide_group_width(64) == 3
+    assert wide_group_width(64) == 3 and wide_group_width(32) == 6
 
 
 @pytest.mark.parametrize("width", [2, 4, 8])

@@ -21,8 +21,10 @@ namespace jbs {
 
 // Arguments of the fwd / dx kernel (one kernel, transpose_w selects dx).
 // Output block columns per group of the TMA group kernel's wide groups (jbs/_src/tables.py
-// wide_group_width): 3 at bs 64, 128 / bs (the ordinary groups) otherwise.
-inline constexpr int wide_group_width(int64_t bs) { return bs == 64 ? 3 : (bs >= 128 ? 1 : static_cast<int>(128 / bs)); }
+// wide_group_width): 192 / bs at bs 32 and 64, 128 / bs (the ordinary groups) otherwise.
+inline constexpr int wide_group_width(int64_t bs) {
+  return bs == 32 || bs == 64 ? static_cast<int>(192 / bs) : (bs >= 128 ? 1 : static_cast<int>(128 / bs));
+}
 
 struct BsmmBlocksArgs {
   const void* in = nullptr;

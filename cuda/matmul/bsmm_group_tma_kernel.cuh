@@ -5,10 +5,11 @@
 // The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
 // a CTA owns a tile of 256 rows x P output block columns and walks the union of its
 // columns' input blocks ("items", matmul tables), so each activation tile it loads
-// feeds every block of the item. P = 128 / BS (group_items) at bs 32; at bs 64 P = 3
-// (the wide groups, tables.py wide_group_width): 192 fp32 accumulators per consumer
-// thread, and 1.73 blocks per item at density 1/2 instead of 1.34, which ran 1.14x
-// faster in the replica (benchmarks/NOTES.md, session 31). What differs is the feed:
+// feeds every block of the item. P = 128 / BS (group_items) at 16-bit bs 32; where a
+// tile row is 128 bytes (16-bit bs 64, fp32 bs 32) P = 192 / BS (the wide groups,
+// tables.py wide_group_width): 192 fp32 accumulators per consumer thread, and at bs 64
+// 1.73 blocks per item at density 1/2 instead of 1.34, which ran 1.17x faster in the
+// replica (benchmarks/NOTES.md, session 31). What differs is the feed:
 //  * the wgmma group kernels copy the activation tile and the blocks with 16-byte
 //    cp.asyncs from 128 threads and load A fragments into registers (RS wgmma).
 //    They moved ~4.4-4.7 TB/s from L2 and ran at 31-39% of the dense rate at bs 64
@@ -70,9 +71,10 @@ struct GroupTmaParams : FwdDxOperands {
   int w_group_step;   // the same for the weights
 };
 
-// Output block columns per CTA: 3 at 16-bit bs 64 (the wide groups), 128 / BS otherwise.
+// Output block columns per CTA: the wide groups' (192 columns) where the tile rows are 128
+// bytes (16-bit bs 64, fp32 bs 32), the ordinary groups' 128 / BS at 16-bit bs 32.
 template <typename T, int BS>
-inline constexpr int kGroupTmaWidth = kIs16Bit<T> ? wide_group_width(BS) : 128 / BS;
+inline constexpr int kGroupTmaWidth = BS * sizeof(T) == 128 ? wide_group_width(BS) : 128 / BS;
 
 template <typename T, int BS>
 struct GroupTmaConfig : WarpRoles<40, 232> {

@@ -117,12 +117,14 @@ def group_width(block_size: int) -> int:
 
 
 def wide_group_width(block_size: int) -> int:
-    """Output block columns per CTA of the TMA-fed large-N kernel (cuda/matmul/
-    bsmm_group_tma_kernel.cuh): three at bs 64 (a 192-wide tile, 48 K fp32 accumulators, where
-    128 columns hold 32 K), group_width elsewhere. The wider group reuses each activation tile
-    for more blocks (at density 1/2, 1.73 blocks per item against 1.34): its replica ran bs 64
-    at 1/2 1.14x faster (benchmarks/NOTES.md, session 31). At bs 32 six columns were slower."""
-    return 3 if block_size == 64 else group_width(block_size)
+    """Output block columns per CTA of the TMA-fed large-N kernel's wide groups (cuda/matmul/
+    bsmm_group_tma_kernel.cuh): 192 columns (48 K fp32 accumulators, where 128 columns hold
+    32 K) at bs 64 and 32, group_width elsewhere. The wider group reuses each activation tile
+    for more blocks (bs 64 at density 1/2: 1.73 blocks per item against 1.34), which ran bs 64
+    at 1/2 1.17x faster in its replica (benchmarks/NOTES.md, session 31). At bs 32 only fp32
+    reads them (128-byte tile rows, as bf16 at bs 64); 16-bit types keep the ordinary groups
+    there (six columns were slower in the replica: their 64-byte rows)."""
+    return 192 // block_size if block_size in (32, 64) else group_width(block_size)
 
 
 def _groups(offsets: np.ndarray, items: np.ndarray, width: int,
