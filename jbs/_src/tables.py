@@ -39,8 +39,8 @@ class Tables(NamedTuple):
     fwd_group_items: np.ndarray    # (union items, 1 + width) [input block, block index per column or -1]
     dx_group_offsets: np.ndarray
     dx_group_items: np.ndarray
-    # The same groups, wide_group_width(block_size) columns each: the TMA group kernel's at
-    # bs 64 (three columns); the groups above, as they are, at every other block size.
+    # The same groups, wide_group_width(block_size) columns each (192 columns at bs 32 and 64,
+    # for the TMA group kernel); the groups above, as they are, at the other block sizes.
     fwd_wide_offsets: np.ndarray
     fwd_wide_items: np.ndarray
     dx_wide_offsets: np.ndarray
@@ -259,45 +259,45 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
 
     fwd_offsets, by_col = _segments(cols, kb)
     dx_offsets, by_row = _segments(rows, cb)
+    fwd_items = np.stack([blocks[by_col], rows[by_col]], axis=1)
+    dx_items = np.stack([blocks[by_row], cols[by_row]], axis=1)
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
+    groups = _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width)
+    wide_width = width if wide_width is None else wide_width
     tables = Tables(
         fwd_offsets=as_i32(fwd_offsets),
-        fwd_items=as_i32(np.stack([blocks[by_col], rows[by_col]], axis=1)),
+        fwd_items=as_i32(fwd_items),
         dx_offsets=as_i32(dx_offsets),
-        dx_items=as_i32(np.stack([blocks[by_row], cols[by_row]], axis=1)),
+        dx_items=as_i32(dx_items),
         dw_items=as_i32(np.stack([rows, cols], axis=1)),
         **{f"{op}_{name}": as_i32(table)
            for op, offsets in (("fwd", fwd_offsets), ("dx", dx_offsets))
            for name, table in zip(("chunks", "splits"), _chunks(offsets))},
-        **_group_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
-                        dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1), width),
-        **_wide_fields(fwd_offsets, np.stack([blocks[by_col], rows[by_col]], axis=1),
-                       dx_offsets, np.stack([blocks[by_row], cols[by_row]], axis=1),
-                       None if wide_width == width else wide_width),
+        **groups,
+        **(_wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, wide_width) if wide_width != width
+           else _wide_as_ordinary(groups)),
         dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
         **dict(zip(("dw_panel_items", "dw_panel_offsets"),
                    map(as_i32, _dw_panels(rows, cols, dw_panel_columns(128 // width))))),
     )
-    if wide_width is None or wide_width == width:
-        tables = tables._replace(**{f"{op}_wide_{name}": getattr(tables, f"{op}_group_{name}")
-                                    for op in ("fwd", "dx") for name in ("offsets", "items")})
     for table in tables:
         table.setflags(write=False)
     return tables
 
 
 def _wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width) -> dict:
-    """The wide column groups of fwd and dx (see wide_group_width); None: empty placeholders,
-    which build_tables replaces by the ordinary groups."""
+    """The wide column groups of fwd and dx (see wide_group_width)."""
     fields = {}
     for op, offsets, items in (("fwd", fwd_offsets, fwd_items), ("dx", dx_offsets, dx_items)):
-        if width is None:
-            fields[f"{op}_wide_offsets"] = fields[f"{op}_wide_items"] = None
-            continue
         group_offsets, group_items = _groups(np.asarray(offsets), np.asarray(items), width)
         fields[f"{op}_wide_offsets"] = np.ascontiguousarray(group_offsets, dtype=np.int32)
         fields[f"{op}_wide_items"] = np.ascontiguousarray(group_items, dtype=np.int32)
     return fields
+
+
+def _wide_as_ordinary(groups: dict) -> dict:
+    """Wide groups that are the ordinary ones (the same arrays): where the widths agree."""
+    return {f"{op}_wide_{name}": groups[f"{op}_group_{name}"] for op in ("fwd", "dx") for name in ("offsets", "items")}
 
 
 # Output channels per panel of the small-N dw panel kernel: its shared memory holds dy's rows
@@ -420,8 +420,8 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: st
                            dx_order=paired_order(layout.T, width) if pair else None)
     # (dx_chunks/dx_splits stay the stacked layout's: the conv kernels never read them)
     # (the convs have no TMA group kernel: their wide groups are their ordinary ones)
-    wide = {f"{op}_wide_{name}": groups[f"{op}_group_{name}"] for op in ("fwd", "dx") for name in ("offsets", "items")}
-    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items, **groups, **wide)
+    tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items, **groups,
+                              **_wide_as_ordinary(groups))
     for table in tables:
         table.setflags(write=False)
     return tables
