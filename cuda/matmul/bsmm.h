@@ -19,13 +19,13 @@
 
 namespace jbs {
 
-// Arguments of the fwd / dx kernel (one kernel, transpose_w selects dx).
 // Output block columns per group of the TMA group kernel's wide groups (jbs/_src/tables.py
 // wide_group_width): 192 / bs at bs 32 and 64, 128 / bs (the ordinary groups) otherwise.
 inline constexpr int wide_group_width(int64_t bs) {
   return bs == 32 || bs == 64 ? static_cast<int>(192 / bs) : (bs >= 128 ? 1 : static_cast<int>(128 / bs));
 }
 
+// Arguments of the fwd / dx kernel (one kernel, transpose_w selects dx).
 struct BsmmBlocksArgs {
   const void* in = nullptr;
   const void* w = nullptr;
@@ -63,8 +63,8 @@ struct BsmmBlocksArgs {
   int64_t num_groups = 0;
   int64_t num_group_items = 0;  // rows of group_items (the groups' union items)
   int group_width = 0;
-  // The same groups wide_width columns each (3 at bs 64; tables.py wide_group_width), for
-  // the TMA group kernel; at other block sizes the groups above.
+  // The same groups wide_width columns each (192 columns at bs 32 and 64; tables.py
+  // wide_group_width), for the TMA group kernel; at other block sizes the groups above.
   const int32_t* wide_offsets = nullptr;
   const int32_t* wide_items = nullptr;
   int64_t num_wide_groups = 0;

@@ -317,9 +317,9 @@ inline bool encode_row_tile_map(CUtensorMap* map, const void* base, int64_t cols
 // kernel at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8, including where
 // the one-column kernel had served (reuse below min_wgmma_reuse), so it takes such calls
 // from kWgmmaMinRows rows: where its reuse (blocks per union item of its own groups, the
-// wide ones at 16-bit bs 64 and fp32 bs 32) reaches that threshold, and below it where its grid still gives every
-// SM a CTA (a narrow output over few row tiles has more CTAs on the one-column kernel's
-// 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
+// wide ones at 16-bit bs 64 and fp32 bs 32) reaches that threshold, and below it where its
+// grid still gives every SM a CTA (a narrow output over few row tiles has more CTAs on the
+// one-column kernel's 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
 // it can run, ahead of every other group kernel (JBS_GROUPS=0 included), though the panel
 // kernel, asked first, keeps its calls unless JBS_PANEL=0. JBS_GROUPS and JBS_WGMMA, which
 // force the older group kernels, turn it off unless JBS_GROUP_TMA=1.
