@@ -32,6 +32,16 @@
 //            clusters;
 //   3        groups of 192 columns (P = 3 at bs 64, 6 at bs 32): bs 64 1.17x at 1/2 with
 //            clusters of 2, the production kernel's configuration since session 31.
+// Session 32's modes (benchmarks/NOTES.md, session 32), all at bs 32 unless said:
+//   rs       A from registers (RS wgmma, MODE & 4: ldmatrix from the swizzled tile once per
+//            item) and blocked activations (MODE & 8: x stored input block by input block,
+//            loaded as 128-byte rows): RS 1.11x at 1/2, 1.03-1.04x below; blocked nothing;
+//            "rs64": bs 64 (192 columns), RS in half-item chunks, 0.91x;
+//   waits    clock64 around the loader's and consumer warp 0's barrier waits (share of the
+//            walk): with RS the consumers wait for data 30-38% of their walk;
+//   deep     9 slots (MODE & 16) instead of 8: nothing;
+//   ahead    the loader warp reading item rows 32 ahead (MODE & 32): nothing;
+//   q N      one case for a profiler (0 SS, 1 RS, 2 bs 64, 3 RS blocked).
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -39,9 +49,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/mbarrier.cuh"
+#include "common/ptx.cuh"
 #include "common/smem.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -69,7 +82,9 @@ using T = __nv_bfloat16;
 // COLS = 192: groups of 192 columns over 256 rows (P = 192 / BS; a partial last group where
 // 192 does not divide the width): 192 fp32 accumulators per consumer thread, 48 K per CTA,
 // and more reuse of each activation tile (F blocks per item rises with P).
-template <int BS, bool PAIRS = false, bool WIDE = false, int COLS = 128>
+// DEEP: a ring of up to 224 KB and 9 slots (bs 32: 9 x 24 KB) instead of 196 KB and 8, to
+// see whether more bytes in flight raise the feed.
+template <int BS, bool PAIRS = false, bool WIDE = false, int COLS = 128, bool DEEP = false>
 struct Cfg {
   static constexpr int kTN = WIDE ? 128 : 256;  // rows per CTA: two consumer warpgroups of kMH m64 halves
   static constexpr int kMH = kTN / 128;
@@ -79,8 +94,9 @@ struct Cfg {
   static constexpr int kXBytes = kTN * kRowBytes * kHalves;
   static constexpr int kBlockBytes = BS * kRowBytes;
   static constexpr int kSlotBytes = kXBytes + kHalves * kP * kBlockBytes;
-  static constexpr int kBudget = (COLS == 192 ? 224 : 196) * 1024;  // bytes of ring
-  static constexpr int kStages = kBudget / kSlotBytes < 8 ? kBudget / kSlotBytes : 8;
+  static constexpr int kBudget = (COLS == 192 || DEEP ? 224 : 196) * 1024;  // bytes of ring
+  static constexpr int kMaxStages = DEEP ? 9 : 8;
+  static constexpr int kStages = kBudget / kSlotBytes < kMaxStages ? kBudget / kSlotBytes : kMaxStages;
   static constexpr int kSmem = kStages * kSlotBytes + 1024;
   static constexpr uint64_t kLayoutType = BS == 64 ? 1 : 2;  // 128- or 64-byte swizzle
   static constexpr uint32_t kAtomBytes = 8 * kRowBytes;     // SBO: 8 rows
@@ -95,11 +111,15 @@ struct Params {
   CUtensorMap x_map;  // x (rows, C) in boxes of BS channels x 256 rows
   CUtensorMap x2_map;  // PAIRS: boxes of 2 BS channels x 256 rows, 128-byte swizzle
   CUtensorMap w_map;  // w (nnz * BS, BS) in boxes of BS x BS
+  CUtensorMap xb_map;  // BLOCKED (bs 32): x as (input blocks, rows, BS) in 128-byte rows, 128-byte swizzle
   const int* offsets;  // (groups + 1)
   const int* items;    // (items, 1 + P): input block, block of column 0 .. P-1 or -1
                        // PAIRS: (items, 2 + 2P): input block, pair flag, the P blocks of each half
   T* y;
   int groups, row_tiles, out_cols, band;
+  // "waits": per CTA, the cycles the loader spent waiting for free slots, consumer warp 0
+  // waiting for full ones, and the CTA's whole walk (null: not measured).
+  long long* waits;
 };
 
 // CL > 1: clusters of CL CTAs over adjacent row tiles of one column group. They walk the
@@ -140,7 +160,7 @@ __device__ __forceinline__ void tma_load_5d_multicast(void* dst, const CUtensorM
 
 template <int BS, bool PAIRS, bool WIDE, int CL, int MODE, int COLS>
 __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ Params p) {
-  using C = Cfg<BS, PAIRS, WIDE, COLS>;
+  using C = Cfg<BS, PAIRS, WIDE, COLS, (MODE & 16) != 0>;
   constexpr int kP = C::kP;
   constexpr int kTN = C::kTN;
   constexpr int kRow = PAIRS ? 2 + 2 * kP : 1 + kP;  // ints per item
@@ -173,55 +193,178 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   const unsigned rank = CL > 1 ? cluster_rank() : 0;
   if (tid >= 256) {
     jbs::warpgroup_reg_dealloc<40>();
-    if (tid == 256) {
-      int stage = 0;
-      uint32_t round = 0;
-      for (int i = beg; i < end; ++i) {
-        const int* row = p.items + static_cast<int64_t>(i) * kRow;
-        const int first = PAIRS ? 2 : 1;
-        int blocks[kBlocks];
-        unsigned present = 0;
-        int count = 0;
+    int stage = 0;
+    uint32_t round = 0;
+    // One item: its row's ints from get(c) (input block, [pair flag,] the blocks).
+    auto issue_item = [&](int i, auto get) {
+      const int first = PAIRS ? 2 : 1;
+      int blocks[kBlocks];
+      unsigned present = 0;
+      int count = 0;
 #pragma unroll
-        for (int c = 0; c < kBlocks; ++c) {
-          blocks[c] = __ldg(row + first + c);
-          if (blocks[c] >= 0) present |= 1u << c, ++count;
-        }
-        const int input = __ldg(row);
-        const bool pair = PAIRS && __ldg(row + 1) != 0;
+      for (int c = 0; c < kBlocks; ++c) {
+        blocks[c] = get(first + c);
+        if (blocks[c] >= 0) present |= 1u << c, ++count;
+      }
+      const int input = get(0);
+      const bool pair = PAIRS && get(1) != 0;
+      {
+        const long long t0 = clock64();
         jbs::mbarrier_wait(empty + stage, (round & 1) ^ 1);
-        masks[stage] = static_cast<int>(present | (pair ? 1u << 16 : 0u));
-        const int x_bytes = kTN * C::kRowBytes * (pair ? 2 : 1);
-        jbs::mbarrier_arrive_expect_tx(full + stage, x_bytes + count * C::kBlockBytes);
-        unsigned char* slot = smem + stage * C::kSlotBytes;
+        if (p.waits) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 0), clock64() - t0);
+      }
+      masks[stage] = static_cast<int>(present | (pair ? 1u << 16 : 0u));
+      const int x_bytes = kTN * C::kRowBytes * (pair ? 2 : 1);
+      jbs::mbarrier_arrive_expect_tx(full + stage, x_bytes + count * C::kBlockBytes);
+      unsigned char* slot = smem + stage * C::kSlotBytes;
+      if constexpr ((MODE & 8) != 0) {
+        // BLOCKED: x as (input block, row, BS channels), a tile 16 KB contiguous, loaded as
+        // 128-byte rows of two activation rows each.
+        jbs::tma_load_5d(slot, &p.xb_map, 0, row_tile * kTN * C::kRowBytes / 128, input, 0, 0, full + stage);
+      } else {
         jbs::tma_load_5d(slot, pair ? &p.x2_map : &p.x_map, input * BS, row_tile * kTN, 0, 0, 0, full + stage);
-        int ordinal = i;
+      }
+      int ordinal = i;
 #pragma unroll
-        for (int c = 0; c < kBlocks; ++c) {
-          if (blocks[c] >= 0) {
-            if constexpr (CL > 1 && (MODE & 2) == 0) {
-              if (ordinal++ % CL == static_cast<int>(rank)) {
-                tma_load_5d_multicast(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS,
-                                      full + stage, static_cast<uint16_t>((1u << CL) - 1));
-              }
-            } else {
-              jbs::tma_load_5d(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS, 0, 0, 0,
-                               full + stage);
+      for (int c = 0; c < kBlocks; ++c) {
+        if (blocks[c] >= 0) {
+          if constexpr (CL > 1 && (MODE & 2) == 0) {
+            if (ordinal++ % CL == static_cast<int>(rank)) {
+              tma_load_5d_multicast(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS,
+                                    full + stage, static_cast<uint16_t>((1u << CL) - 1));
             }
+          } else {
+            jbs::tma_load_5d(slot + C::kXBytes + c * C::kBlockBytes, &p.w_map, 0, blocks[c] * BS, 0, 0, 0,
+                             full + stage);
           }
         }
+      }
+    };
+    if constexpr ((MODE & 32) != 0) {
+      // ROWS AHEAD: the whole loader warp reads the item rows, lane l item base + l, the next
+      // 32 rows while the current 32 are issued, and lane 0 issues each item with its row
+      // from a shuffle; the single-thread loader reads each row just before its slot, a
+      // global load round trip per item on the loader's critical path.
+      if (tid < 288) {
+        const int lane = tid & 31;
+        int cur[kRow], nxt[kRow];
+        auto fetch = [&](int base, int (&r)[kRow]) {
+          const int i = base + lane;
+#pragma unroll
+          for (int c = 0; c < kRow; ++c) r[c] = i < end ? __ldg(p.items + static_cast<int64_t>(i) * kRow + c) : -1;
+        };
+        fetch(beg, cur);
+        for (int base = beg; base < end; base += 32) {
+          if (base + 32 < end) fetch(base + 32, nxt);
+          const int n = min(32, end - base);
+          for (int j = 0; j < n; ++j) {
+            int vals[kRow];
+#pragma unroll
+            for (int c = 0; c < kRow; ++c) vals[c] = __shfl_sync(0xffffffffu, cur[c], j);
+            if (lane == 0) issue_item(base + j, [&](int c) { return vals[c]; });
+            __syncwarp();
+            if (++stage == C::kStages) stage = 0, ++round;
+          }
+#pragma unroll
+          for (int c = 0; c < kRow; ++c) cur[c] = nxt[c];
+        }
+      }
+      return;
+    }
+    if (tid == 256) {
+      for (int i = beg; i < end; ++i) {
+        const int* row = p.items + static_cast<int64_t>(i) * kRow;
+        issue_item(i, [&](int c) { return __ldg(row + c); });
         if (++stage == C::kStages) stage = 0, ++round;
       }
     }
     return;
   }
   jbs::warpgroup_reg_alloc<232>();
+  const long long walk_start = clock64();
   const int lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   float acc[C::kMH][kP][BS / 8][4] = {};
   int stage = 0, prev = -1;
   uint32_t round = 0;
+  if constexpr ((MODE & 4) != 0) {
+    // RS: each warp loads its A fragments from the swizzled tile once per item (ldmatrix)
+    // and every present block's wgmma reads them from registers, instead of every SS wgmma
+    // re-reading A from shared memory per block (NOTES session 31, point 7).
+    static_assert(!PAIRS && CL == 1, "RS: single items, no clusters");
+    constexpr int kKSteps = BS / 16;
+    // A "chunk" of an item: the A fragments of kCH m64 halves x kG k-steps, in one of two
+    // register buffers (the other chunk's wgmmas stay in flight). Whole items where the
+    // accumulators leave room (128 columns), else a half's 2 k-steps (8 registers).
+    constexpr int kCH = kP * BS <= 128 ? C::kMH : 1;
+    constexpr int kG = kCH == C::kMH ? kKSteps : 2;
+    constexpr int kKChunks = kKSteps / kG;
+    constexpr int kChunks = (C::kMH / kCH) * kKChunks;
+    uint32_t a[2][kCH][kG][4];
+    // ldmatrix x4: lanes 0-15 rows 0-15 at the k-step's first 16 bytes, lanes 16-31 the second.
+    const int lane_row = wg * kTN / 2 + (warp & 3) * 16 + (lane & 15);
+    const int lane_chunk = lane >> 4;
+    auto consume = [&](auto parity) {
+      {
+          const long long t0 = clock64();
+          jbs::mbarrier_wait(full + stage, round & 1);
+          if (p.waits && (tid == 0)) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 1), clock64() - t0);
+        }
+      const unsigned present = static_cast<unsigned>(masks[stage]);
+      unsigned char* slot = smem + stage * C::kSlotBytes;
+#pragma unroll
+      for (int q = 0; q < kChunks; ++q) {
+        const int buf = (decltype(parity)::value * kChunks + q) & 1;
+        const int h0 = (q / kKChunks) * kCH, k0 = (q % kKChunks) * kG;
+#pragma unroll
+        for (int hh = 0; hh < kCH; ++hh) {
+#pragma unroll
+          for (int g = 0; g < kG; ++g) {
+            // TMA's swizzle: 16-byte chunk c of row r sits at c ^ (r % 8) (128-byte rows) or
+            // c ^ (r / 2 % 4) (64-byte rows); the ring is 1024-byte aligned.
+            const int r = lane_row + (h0 + hh) * 64;
+            const int c = (k0 + g) * 2 + lane_chunk;
+            if constexpr ((MODE & 8) != 0 && C::kRowBytes == 64) {
+              // BLOCKED: activation row r is half of 128-byte row r / 2 (128-byte swizzle).
+              const int sr = r >> 1, sc = ((r & 1) << 2) | c;
+              jbs::ldsm_x4(a[buf][hh][g], slot + sr * 128 + ((sc ^ (sr & 7)) << 4));
+            } else {
+              const int x = C::kRowBytes == 128 ? (r & 7) : ((r >> 1) & 3);
+              jbs::ldsm_x4(a[buf][hh][g], slot + r * C::kRowBytes + ((c ^ x) << 4));
+            }
+          }
+        }
+        jbs::wgmma_fence();
+#pragma unroll
+        for (int hh = 0; hh < kCH; ++hh) {
+#pragma unroll
+          for (int c = 0; c < kP; ++c) {
+            if (present & (1u << c)) {
+              const uint64_t b = desc<BS>(slot + C::kXBytes + c * C::kBlockBytes);
+#pragma unroll
+              for (int g = 0; g < kG; ++g) {
+                jbs::wgmma_rs<T, BS, 1>(acc[h0 + hh][c], a[buf][hh][g], b + (k0 + g) * 16 * C::kRowBytes / 16);
+              }
+            }
+          }
+        }
+        jbs::wgmma_commit();
+        jbs::wgmma_wait<1>();  // the previous chunk has retired: its buffer is free
+        if (q == 0 && prev >= 0) jbs::mbarrier_arrive_warp(empty + prev, lane);  // and the last item's slot
+      }
+      prev = stage;
+      if (++stage == C::kStages) stage = 0, ++round;
+    };
+    for (int i = beg; i < end; i += 2) {
+      consume(std::integral_constant<int, 0>{});
+      if (i + 1 < end) consume(std::integral_constant<int, 1>{});
+    }
+  } else
   for (int i = beg; i < end; ++i) {
-    jbs::mbarrier_wait(full + stage, round & 1);
+    {
+          const long long t0 = clock64();
+          jbs::mbarrier_wait(full + stage, round & 1);
+          if (p.waits && (tid == 0)) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 1), clock64() - t0);
+        }
     const unsigned present = static_cast<unsigned>(masks[stage]);
     const bool pair = PAIRS && (present >> 16) != 0;
     unsigned char* slot = smem + stage * C::kSlotBytes;
@@ -262,6 +405,7 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
     if (++stage == C::kStages) stage = 0, ++round;
   }
   jbs::wgmma_wait<0>();
+  if (p.waits && tid == 0) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 2), clock64() - walk_start);
   // No CTA leaves while a peer may still arrive on its barriers (the producers have exited).
   if constexpr (CL > 1) cluster_sync();
   // Straight from the accumulators: rows 16 (warp % 4) + lane / 4 (+ 8), columns 2 (lane % 4) of each 8.
@@ -285,11 +429,12 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   }
 }
 
+bool g_waits = false;  // "waits": also measure where the walk waits
 bool g_probe = false;  // "probe": also time one wave over fewer SMs
 
 template <int BS, bool PAIRS = false, bool WIDE = false, int CL = 1, int MODE = 0, int COLS = 128>
 void run(int n, double density, int band, double dense_tflops, int launch_cl = CL) {
-  using C = Cfg<BS, PAIRS, WIDE, COLS>;
+  using C = Cfg<BS, PAIRS, WIDE, COLS, (MODE & 16) != 0>;
   constexpr int kTN = C::kTN;
   const int cb = n / BS, kb = n / BS, P = C::kP, groups = (kb + P - 1) / P;
   std::mt19937 rng(1234 + BS);
@@ -327,7 +472,14 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
   std::vector<T> hx(static_cast<size_t>(n) * n), hw(static_cast<size_t>(nnz) * BS * BS);
   for (auto& v : hx) v = __float2bfloat16(static_cast<float>(u(rng) * 2 - 1));
   for (auto& v : hw) v = __float2bfloat16(static_cast<float>(u(rng) * 2 - 1));
-  T *x, *w, *y;
+  // BLOCKED: the same x stored input block by input block (what a prepass would write).
+  std::vector<T> hxb;
+  if (MODE & 8) {
+    hxb.resize(hx.size());
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < n; ++c) hxb[(static_cast<size_t>(c / BS) * n + r) * BS + c % BS] = hx[static_cast<size_t>(r) * n + c];
+  }
+  T *x, *w, *y, *xb = nullptr;
   int *d_off, *d_items;
   CHECK(cudaMalloc(&x, hx.size() * 2));
   CHECK(cudaMalloc(&w, hw.size() * 2));
@@ -336,6 +488,10 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
   CHECK(cudaMalloc(&d_items, items.size() * 4));
   CHECK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  if (MODE & 8) {
+    CHECK(cudaMalloc(&xb, hxb.size() * 2));
+    CHECK(cudaMemcpy(xb, hxb.data(), hxb.size() * 2, cudaMemcpyHostToDevice));
+  }
   CHECK(cudaMemcpy(d_off, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(d_items, items.data(), items.size() * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemset(y, 0, static_cast<size_t>(n) * n * 2));
@@ -353,6 +509,14 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
                                      uint64_t(nnz) * BS * BS * 2},
                                     {BS, BS, 1, 1, 1}, sw)) {
     std::printf("tensor map encoding failed\n");
+    std::exit(1);
+  }
+  // BLOCKED: dims (64 values = 128 bytes, rows * BS / 64, input blocks), boxes of kTN rows.
+  const uint64_t half_rows = uint64_t(n) * BS * 2 / 128;
+  if ((MODE & 8) && !jbs::encode_tensor_map_16bit(&p.xb_map, xb, {64, half_rows, uint64_t(n / BS), 1, 1},
+                                                  {128, half_rows * 128, half_rows * 128 * (n / BS), half_rows * 128 * (n / BS)},
+                                                  {64, uint32_t(kTN * BS * 2 / 128), 1, 1, 1}, CU_TENSOR_MAP_SWIZZLE_128B)) {
+    std::printf("blocked tensor map encoding failed\n");
     std::exit(1);
   }
   p.offsets = d_off;
@@ -434,6 +598,22 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
               BS, P * BS, PAIRS ? " pairs" : "", WIDE ? " wide" : "", CL, launch_cl, MODE, 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
               smem_bytes / us * 1e-6, n_items, double(nnz) / n_items, C::kStages, worst,
               worst < 1e-3 ? "" : "  WRONG");
+  if (g_waits) {
+    // Where the walk's cycles go: summed over CTAs, the loader's waits for free slots and
+    // consumer warp 0's waits for full ones, against the walks' cycles.
+    long long* d_waits;
+    CHECK(cudaMalloc(&d_waits, 3 * sizeof(long long)));
+    CHECK(cudaMemset(d_waits, 0, 3 * sizeof(long long)));
+    p.waits = d_waits;
+    launch(grid);
+    CHECK(cudaDeviceSynchronize());
+    long long w[3];
+    CHECK(cudaMemcpy(w, d_waits, sizeof w, cudaMemcpyDeviceToHost));
+    std::printf("    loader waiting for free slots %4.1f%%, consumers waiting for full ones %4.1f%% of the walk\n",
+                100.0 * w[0] / w[2], 100.0 * w[1] / w[2]);
+    p.waits = nullptr;
+    cudaFree(d_waits);
+  }
   if (g_probe) {
     // One wave of the first `ctas` CTAs (band order: the first groups over the first row
     // tiles, so about equal work each): if a shared resource (the L2) bounds the feed, a
@@ -457,7 +637,7 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
                   bytes_per_cta / wave_us * 1e-3);
     }
   }
-  cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items);
+  cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items), cudaFree(xb);
 }
 
 }  // namespace
@@ -484,6 +664,69 @@ int main(int argc, char** argv) {
       run<32>(8192, d, 4, dense);
       run<32, false, false, 1, 0, 192>(8192, d, 4, dense);
       run<32, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  // "rs": A fragments loaded once per item into registers (RS wgmma) beside SS, bs 32 (128
+  // columns) and bs 64 (192 columns, launched in clusters of 2 as the production kernel).
+  if (argc > 2 && argv[2][0] == 'w') {
+    g_waits = true;
+    for (double d : {0.5, 0.125}) {
+      run<32>(8192, d, 4, dense);
+      run<32, false, false, 1, 4>(8192, d, 4, dense);
+    }
+    for (double d : {0.5, 0.125}) run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+    return 0;
+  }
+  // "q N": one case, for a profiler (its first launch is the checked one): N = 0 bs 32 SS,
+  // 1 bs 32 RS, 2 bs 64 (192 columns, clusters of 2), 3 bs 32 RS with blocked activations;
+  // density 1/2.
+  if (argc > 3 && argv[2][0] == 'q') {
+    const int which = std::atoi(argv[3]);
+    if (which == 0) run<32>(8192, 0.5, 4, dense);
+    if (which == 1) run<32, false, false, 1, 4>(8192, 0.5, 4, dense);
+    if (which == 2) run<64, false, false, 1, 0, 192>(8192, 0.5, 4, dense, 2);
+    if (which == 3) run<32, false, false, 1, 12>(8192, 0.5, 4, dense);
+    return 0;
+  }
+  // "ahead": the loader warp reading item rows 32 at a time ahead (mode 32) beside the
+  // single loader thread, SS and RS at bs 32, SS at bs 64 (192 columns, clusters of 2).
+  if (argc > 2 && argv[2][0] == 'a') {
+    g_waits = true;
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32>(8192, d, 4, dense);
+      run<32, false, false, 1, 32>(8192, d, 4, dense);
+      run<32, false, false, 1, 4>(8192, d, 4, dense);
+      run<32, false, false, 1, 36>(8192, d, 4, dense);
+    }
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 32, 192>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  // "deep": the RS kernel at bs 32 with 9 slots beside 8.
+  if (argc > 2 && argv[2][0] == 'd') {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32, false, false, 1, 4>(8192, d, 4, dense);
+      run<32, false, false, 1, 20>(8192, d, 4, dense);
+      run<32, false, false, 1, 20>(8192, d, 2, dense);
+    }
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "rs") {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32>(8192, d, 4, dense);
+      run<32, false, false, 1, 4>(8192, d, 4, dense);
+      run<32, false, false, 1, 12>(8192, d, 4, dense);
+      run<32, false, false, 1, 12>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "rs64") {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 4, 192>(8192, d, 4, dense, 2);
     }
     return 0;
   }
