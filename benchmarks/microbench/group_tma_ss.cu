@@ -41,7 +41,14 @@
 //            walk): with RS the consumers wait for data 30-38% of their walk;
 //   deep     9 slots (MODE & 16) instead of 8: nothing;
 //   ahead    the loader warp reading item rows 32 ahead (MODE & 32): nothing;
-//   q N      one case for a profiler (0 SS, 1 RS, 2 bs 64, 3 RS blocked).
+//   q N      one case for a profiler (0 SS, 1 RS, 2 bs 64, 3 RS blocked);
+//   loader   the feed alone (MODE & 64: slots released on arrival, no MMA) and PACKED
+//            copies (MODE & 128: two 1-D bulk copies of pre-swizzled data per item): the
+//            feed alone caps bs 32 at 1607 us at 1/2; packed copies are slower;
+//   two      two loader threads (MODE & 256, even and odd items): the feed alone 1.13x, the
+//            RS kernel 1.18-1.24x faster at bs 32; bs 64 unchanged. The production kernel's
+//            loaders since session 32;
+//   rs2      with two loaders, SS against RS at bs 32 (and SS in clusters of 2).
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -120,6 +127,11 @@ struct Params {
   // "waits": per CTA, the cycles the loader spent waiting for free slots, consumer warp 0
   // waiting for full ones, and the CTA's whole walk (null: not measured).
   long long* waits;
+  // PACKED: x pre-swizzled input block by input block, the weight blocks pre-swizzled in item
+  // order, and each item's first block in that order.
+  const T* xp;
+  const T* pw;
+  const int* w_off;
 };
 
 // CL > 1: clusters of CL CTAs over adjacent row tiles of one column group. They walk the
@@ -156,6 +168,14 @@ __device__ __forceinline__ void tma_load_5d_multicast(void* dst, const CUtensorM
       " [%0], [%1, {%2, %3, %4, %4, %4}], [%5], %6;\n" ::"r"(jbs::smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(0), "r"(jbs::smem_u32(bar)), "h"(mask)
       : "memory");
+}
+
+// A barrier wait whose cycles are added to waits[k] by the threads that `count` ("waits" mode;
+// waits null: not measured, only the clock reads remain).
+__device__ __forceinline__ void wait_counted(uint64_t* bar, uint32_t parity, long long* waits, int k, bool count) {
+  const long long t0 = clock64();
+  jbs::mbarrier_wait(bar, parity);
+  if (waits && count) atomicAdd(reinterpret_cast<unsigned long long*>(waits + k), clock64() - t0);
 }
 
 template <int BS, bool PAIRS, bool WIDE, int CL, int MODE, int COLS>
@@ -208,16 +228,23 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
       }
       const int input = get(0);
       const bool pair = PAIRS && get(1) != 0;
-      {
-        const long long t0 = clock64();
-        jbs::mbarrier_wait(empty + stage, (round & 1) ^ 1);
-        if (p.waits) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 0), clock64() - t0);
-      }
+      wait_counted(empty + stage, (round & 1) ^ 1, p.waits, 0, true);
       masks[stage] = static_cast<int>(present | (pair ? 1u << 16 : 0u));
       const int x_bytes = kTN * C::kRowBytes * (pair ? 2 : 1);
       jbs::mbarrier_arrive_expect_tx(full + stage, x_bytes + count * C::kBlockBytes);
       unsigned char* slot = smem + stage * C::kSlotBytes;
-      if constexpr ((MODE & 8) != 0) {
+      if constexpr ((MODE & 128) != 0) {
+        // PACKED: the tile and the item's present blocks, each pre-swizzled and contiguous in
+        // memory (what a prepass would write), by two 1-D bulk copies; the blocks land in
+        // column order at the front of the slot's block area.
+        jbs::bulk_copy_g2s(slot, p.xp + (static_cast<int64_t>(input) * p.out_cols + row_tile * kTN) * BS,
+                           kTN * C::kRowBytes, full + stage);
+        if (count > 0) {
+          jbs::bulk_copy_g2s(slot + C::kXBytes, p.pw + static_cast<int64_t>(p.w_off[i]) * BS * BS,
+                             count * C::kBlockBytes, full + stage);
+        }
+        return;
+      } else if constexpr ((MODE & 8) != 0) {
         // BLOCKED: x as (input block, row, BS channels), a tile 16 KB contiguous, loaded as
         // 128-byte rows of two activation rows each.
         jbs::tma_load_5d(slot, &p.xb_map, 0, row_tile * kTN * C::kRowBytes / 128, input, 0, 0, full + stage);
@@ -271,6 +298,20 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
       }
       return;
     }
+    if constexpr ((MODE & 256) != 0) {
+      // TWO LOADERS: lane 0 of warps 8 and 9, the even and the odd items (slots), so two
+      // threads issue the TMA copies: is the single issuing thread the feed's limit?
+      static_assert((MODE & 32) == 0, "TWO LOADERS: rows read per item");
+      if (tid == 256 || tid == 288) {
+        for (int i = beg + (tid - 256) / 32; i < end; i += 2) {
+          stage = (i - beg) % C::kStages;
+          round = static_cast<uint32_t>((i - beg) / C::kStages);
+          const int* row = p.items + static_cast<int64_t>(i) * kRow;
+          issue_item(i, [&](int c) { return __ldg(row + c); });
+        }
+      }
+      return;
+    }
     if (tid == 256) {
       for (int i = beg; i < end; ++i) {
         const int* row = p.items + static_cast<int64_t>(i) * kRow;
@@ -286,7 +327,14 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
   float acc[C::kMH][kP][BS / 8][4] = {};
   int stage = 0, prev = -1;
   uint32_t round = 0;
-  if constexpr ((MODE & 4) != 0) {
+  if constexpr ((MODE & 64) != 0) {
+    // LOADER ONLY: each slot released as soon as it has landed, no MMA: the feed's own rate.
+    for (int i = beg; i < end; ++i) {
+      jbs::mbarrier_wait(full + stage, round & 1);
+      jbs::mbarrier_arrive_warp(empty + stage, lane);
+      if (++stage == C::kStages) stage = 0, ++round;
+    }
+  } else if constexpr ((MODE & 4) != 0) {
     // RS: each warp loads its A fragments from the swizzled tile once per item (ldmatrix)
     // and every present block's wgmma reads them from registers, instead of every SS wgmma
     // re-reading A from shared memory per block (NOTES session 31, point 7).
@@ -304,11 +352,7 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
     const int lane_row = wg * kTN / 2 + (warp & 3) * 16 + (lane & 15);
     const int lane_chunk = lane >> 4;
     auto consume = [&](auto parity) {
-      {
-          const long long t0 = clock64();
-          jbs::mbarrier_wait(full + stage, round & 1);
-          if (p.waits && (tid == 0)) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 1), clock64() - t0);
-        }
+      wait_counted(full + stage, round & 1, p.waits, 1, tid == 0);
       const unsigned present = static_cast<unsigned>(masks[stage]);
       unsigned char* slot = smem + stage * C::kSlotBytes;
 #pragma unroll
@@ -339,7 +383,8 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
 #pragma unroll
           for (int c = 0; c < kP; ++c) {
             if (present & (1u << c)) {
-              const uint64_t b = desc<BS>(slot + C::kXBytes + c * C::kBlockBytes);
+              const int at = (MODE & 128) != 0 ? __popc(present & ((1u << c) - 1)) : c;  // PACKED: in order
+              const uint64_t b = desc<BS>(slot + C::kXBytes + at * C::kBlockBytes);
 #pragma unroll
               for (int g = 0; g < kG; ++g) {
                 jbs::wgmma_rs<T, BS, 1>(acc[h0 + hh][c], a[buf][hh][g], b + (k0 + g) * 16 * C::kRowBytes / 16);
@@ -360,11 +405,7 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
     }
   } else
   for (int i = beg; i < end; ++i) {
-    {
-          const long long t0 = clock64();
-          jbs::mbarrier_wait(full + stage, round & 1);
-          if (p.waits && (tid == 0)) atomicAdd(reinterpret_cast<unsigned long long*>(p.waits + 1), clock64() - t0);
-        }
+    wait_counted(full + stage, round & 1, p.waits, 1, tid == 0);
     const unsigned present = static_cast<unsigned>(masks[stage]);
     const bool pair = PAIRS && (present >> 16) != 0;
     unsigned char* slot = smem + stage * C::kSlotBytes;
@@ -380,7 +421,8 @@ __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ P
 #pragma unroll
         for (int c = 0; c < kP; ++c) {
           if (present & (1u << (j * kP + c))) {
-            const uint64_t b = desc<BS>(slot + C::kXBytes + (j * kP + c) * C::kBlockBytes);
+            const int at = (MODE & 128) != 0 ? __popc(present & ((1u << c) - 1)) : j * kP + c;  // PACKED: in order
+            const uint64_t b = desc<BS>(slot + C::kXBytes + at * C::kBlockBytes);
 #pragma unroll
             for (int ks = 0; ks < BS / 16; ++ks) {
               // A K-major: a k-step is 32 bytes along the row (half j of a pair starts BS
@@ -479,7 +521,34 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < n; ++c) hxb[(static_cast<size_t>(c / BS) * n + r) * BS + c % BS] = hx[static_cast<size_t>(r) * n + c];
   }
-  T *x, *w, *y, *xb = nullptr;
+  // PACKED: x and the blocks as a prepass would write them: pre-swizzled as TMA's 64-byte
+  // swizzle places them in shared memory (16-byte chunk c of row r at c ^ (r / 2 % 4); the
+  // ring is 1024-byte aligned, a tile 256 rows, a block 32), x input block by input block,
+  // the blocks in item order.
+  std::vector<T> hxp, hpw;
+  std::vector<int> w_off;
+  if (MODE & 128) {
+    static_assert(BS == 32 || !(MODE & 128), "PACKED: bs 32 (64-byte rows)");
+    auto swizzled = [](int r, int e) { return r * BS + (((e / 8) ^ ((r >> 1) & 3)) * 8) + e % 8; };
+    hxp.resize(hx.size());
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < n; ++c) hxp[static_cast<size_t>(c / BS) * n * BS + swizzled(r, c % BS)] = hx[static_cast<size_t>(r) * n + c];
+    int next = 0;
+    for (size_t it = 0; it * row_ints < items.size(); ++it) {
+      w_off.push_back(next);
+      for (int j = 0; j < P; ++j) {
+        const int b = items[it * row_ints + 1 + j];
+        if (b < 0) continue;
+        hpw.resize(static_cast<size_t>(next + 1) * BS * BS);
+        for (int r = 0; r < BS; ++r)
+          for (int e = 0; e < BS; ++e)
+            hpw[static_cast<size_t>(next) * BS * BS + swizzled(r, e)] = hw[(static_cast<size_t>(b) * BS + r) * BS + e];
+        ++next;
+      }
+    }
+  }
+  T *x, *w, *y, *xb = nullptr, *xp = nullptr, *pw = nullptr;
+  int* d_w_off = nullptr;
   int *d_off, *d_items;
   CHECK(cudaMalloc(&x, hx.size() * 2));
   CHECK(cudaMalloc(&w, hw.size() * 2));
@@ -488,6 +557,14 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
   CHECK(cudaMalloc(&d_items, items.size() * 4));
   CHECK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  if (MODE & 128) {
+    CHECK(cudaMalloc(&xp, hxp.size() * 2));
+    CHECK(cudaMalloc(&pw, hpw.size() * 2));
+    CHECK(cudaMalloc(&d_w_off, w_off.size() * 4));
+    CHECK(cudaMemcpy(xp, hxp.data(), hxp.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(pw, hpw.data(), hpw.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_w_off, w_off.data(), w_off.size() * 4, cudaMemcpyHostToDevice));
+  }
   if (MODE & 8) {
     CHECK(cudaMalloc(&xb, hxb.size() * 2));
     CHECK(cudaMemcpy(xb, hxb.data(), hxb.size() * 2, cudaMemcpyHostToDevice));
@@ -519,6 +596,9 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
     std::printf("blocked tensor map encoding failed\n");
     std::exit(1);
   }
+  p.xp = xp;
+  p.pw = pw;
+  p.w_off = d_w_off;
   p.offsets = d_off;
   p.items = d_items;
   p.y = y;
@@ -597,7 +677,7 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
               "items %d, blocks/item %.2f, stages %d, max rel err %.2e%s\n",
               BS, P * BS, PAIRS ? " pairs" : "", WIDE ? " wide" : "", CL, launch_cl, MODE, 1 / density, band, us, flop / us * 1e-6, 100 * flop / us * 1e-6 / dense_tflops, dense_tflops,
               smem_bytes / us * 1e-6, n_items, double(nnz) / n_items, C::kStages, worst,
-              worst < 1e-3 ? "" : "  WRONG");
+              (MODE & 64) != 0 ? "  (loader only: no product)" : worst < 1e-3 ? "" : "  WRONG");
   if (g_waits) {
     // Where the walk's cycles go: summed over CTAs, the loader's waits for free slots and
     // consumer warp 0's waits for full ones, against the walks' cycles.
@@ -638,6 +718,7 @@ void run(int n, double density, int band, double dense_tflops, int launch_cl = C
     }
   }
   cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(d_off), cudaFree(d_items), cudaFree(xb);
+  cudaFree(xp), cudaFree(pw), cudaFree(d_w_off);
 }
 
 }  // namespace
@@ -687,6 +768,49 @@ int main(int argc, char** argv) {
     if (which == 1) run<32, false, false, 1, 4>(8192, 0.5, 4, dense);
     if (which == 2) run<64, false, false, 1, 0, 192>(8192, 0.5, 4, dense, 2);
     if (which == 3) run<32, false, false, 1, 12>(8192, 0.5, 4, dense);
+    return 0;
+  }
+  // "two": two loader threads (mode 256: even and odd items) beside one, the feed alone and RS.
+  if (argc > 2 && argv[2][0] == 't') {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32, false, false, 1, 64>(8192, d, 4, dense);
+      run<32, false, false, 1, 320>(8192, d, 4, dense);
+      run<32, false, false, 1, 4>(8192, d, 4, dense);
+      run<32, false, false, 1, 260>(8192, d, 4, dense);
+    }
+    for (double d : {0.5, 0.125}) {
+      run<64, false, false, 1, 64, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 320, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 256, 192>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  // "rs2": with two loaders, SS (mode 256) against RS (mode 260) at bs 32.
+  if (argc > 2 && std::string(argv[2]) == "rs2") {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32, false, false, 1, 256>(8192, d, 4, dense);
+      run<32, false, false, 1, 260>(8192, d, 4, dense);
+      run<32, false, false, 1, 256>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  // "loader": the feed alone (mode 64: slots released on arrival, no MMA) beside the kernel,
+  // with TMA boxes and with PACKED copies (mode 128: two 1-D bulk copies per item of
+  // pre-swizzled data), SS and RS; bs 64 (192 columns) alone for comparison.
+  if (argc > 2 && argv[2][0] == 'l') {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<32, false, false, 1, 64>(8192, d, 4, dense);
+      run<32, false, false, 1, 192>(8192, d, 4, dense);
+      run<32>(8192, d, 4, dense);
+      run<32, false, false, 1, 128>(8192, d, 4, dense);
+      run<32, false, false, 1, 4>(8192, d, 4, dense);
+      run<32, false, false, 1, 132>(8192, d, 4, dense);
+    }
+    for (double d : {0.5, 0.125}) {
+      run<64, false, false, 1, 64, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
+    }
     return 0;
   }
   // "ahead": the loader warp reading item rows 32 at a time ahead (mode 32) beside the

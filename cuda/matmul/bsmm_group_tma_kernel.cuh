@@ -14,7 +14,7 @@
 //    cp.asyncs from 128 threads and load A fragments into registers (RS wgmma).
 //    They moved ~4.4-4.7 TB/s from L2 and ran at 31-39% of the dense rate at bs 64
 //    (benchmarks/NOTES.md, sessions 4-9);
-//  * here one thread issues a 2-D TMA box per operand: the activation tile (BS
+//  * here a loader thread issues a 2-D TMA box per operand: the activation tile (BS
 //    channels x 256 rows) and each present weight block (BS x BS), both swizzled by
 //    their row width (128 bytes at bs 64, 64 at bs 32). The consumers' wgmmas read
 //    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot.
@@ -28,10 +28,10 @@
 //    within the same error bound, tests/helpers.py: tolerance). A tile row of 32
 //    floats is 128 bytes, the widest swizzle, so only bs 32 is served.
 //
-// Warp specialized (common/warp_roles.cuh): one loader thread fills a ring of slots,
-// each as soon as both consumer warpgroups have released it; the consumers (128 rows
-// each, two m64 halves) keep one item's wgmmas in flight while they wait for the
-// next. Rows past the end load as zeros (TMA) and are not stored. Items are summed
+// Warp specialized (common/warp_roles.cuh): two loader threads (kLoaders, alternate
+// items) fill a ring of slots, each as soon as both consumer warpgroups have released
+// it; the consumers (128 rows each, two m64 halves) keep one item's wgmmas in flight
+// while they wait for the next. Rows past the end load as zeros (TMA) and are not stored. Items are summed
 // in table order by fixed warpgroups: bitwise deterministic.
 #pragma once
 
@@ -90,6 +90,13 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   // As many slots as 224 KB hold, at most 8: 4 with 128-byte rows (56 KB at bs 64, 48 KB for
   // fp32), 8 with 64-byte rows (16-bit bs 32).
   static constexpr int kStages = 224 * 1024 / kSlotBytes < 8 ? 224 * 1024 / kSlotBytes : 8;
+  // Threads issuing the TMA copies, each for every kLoaders-th item. One thread's issue rate
+  // (~180 ns per item of ~3 boxes, whatever their size) bounded the feed at bs 32: with two,
+  // the replica's feed alone ran 1.13x faster and jbs's 16-bit bs 32 fwd 1.02 / 1.10 / 1.14x at
+  // 1/2 / 1/4 / 1/8 (fp32 1.00 / 1.00 / 1.04x; 16-bit bs 64, larger items, within 1%)
+  // (benchmarks/NOTES.md, session 32).
+  static constexpr int kLoaders = 2;
+  static_assert(kStages % kLoaders == 0, "each slot is filled by one loader");
   static constexpr int kLdC = kP * BS + 8;  // the epilogue's staged fp32 rows, in the drained ring
   static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
   // + 1 KB to align the ring to the swizzle's atoms.
@@ -146,11 +153,14 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
 
   if (tid >= Cfg::kConsumerThreads) {
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
-    if (tid == Cfg::kConsumerThreads) {
-      int stage = 0;
-      uint32_t round = 0;
+    // Lane 0 of the loader warpgroup's first kLoaders warps: loader l fills the slots of items
+    // beg + l, beg + l + kLoaders, ... (slots l, l + kLoaders, ...: each slot has one loader).
+    const int loader = (tid - Cfg::kConsumerThreads) / 32;
+    if ((tid & 31) == 0 && loader < Cfg::kLoaders) {
       const int in_g = g * p.in_group_step, w_g = g * p.w_group_step;
-      for (int i = beg; i < end; ++i) {
+      for (int i = beg + loader; i < end; i += Cfg::kLoaders) {
+        const int stage = (i - beg) % kStages;
+        const uint32_t round = static_cast<uint32_t>((i - beg) / kStages);
         const int32_t* row = p.group_items + static_cast<int64_t>(i) * (1 + kP);
         int blocks[kP];
         unsigned present = 0;
@@ -174,7 +184,6 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
                         full + stage);
           }
         }
-        if (++stage == kStages) stage = 0, ++round;
       }
     }
     return;
