@@ -160,8 +160,8 @@ inline ffi::Error set_groups(const char* target, const ffi::AnyBuffer& offsets,
   return ffi::Error::Success();
 }
 
-// The TMA group kernel's wide groups (jbs/_src/tables.py wide_group_width: 3 columns at
-// bs 64, the ordinary width otherwise).
+// The TMA group kernel's wide groups (jbs/_src/tables.py wide_group_width: 192 / bs columns
+// at bs 32 and 64, the ordinary width otherwise).
 inline ffi::Error set_wide_groups(const char* target, const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
                                   int64_t out_blocks, int64_t bs, BsmmBlocksArgs* a) {
   const int64_t width = wide_group_width(bs);

@@ -64,7 +64,7 @@ struct GroupTmaParams : FwdDxOperands {
                        // weight groups) in boxes of BS x BS
   const int32_t* group_offsets;  // (num_groups + 1)
   const int32_t* group_items;    // (union items, 1 + P): input block, then column c's block or -1
-                                 // (the wide groups at bs 64)
+                                 // (the wide groups where tile rows are 128 bytes)
   int num_groups;
   int row_tiles;
   int in_group_step;  // 1, or 0 where `in` is shared by the weight groups
