@@ -1,6 +1,6 @@
-// Large-N forward / input-gradient kernel over column groups, fed by TMA: both
-// wgmma operands come from shared memory, and nothing passes through registers
-// on the way in. 16-bit types at blocks of 32 or 64, fp32 (as tf32) at 32; sm_90a.
+// Large-N forward / input-gradient kernel over column groups, fed by TMA: the wgmmas
+// read B (and A, but at 16-bit bs 32) straight from the slot TMA filled. 16-bit types
+// at blocks of 32 or 64, fp32 (as tf32) at 32; sm_90a.
 //
 // The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
 // a CTA owns a tile of 256 rows x P output block columns and walks the union of its
@@ -17,7 +17,8 @@
 //  * here a loader thread issues a 2-D TMA box per operand: the activation tile (BS
 //    channels x 256 rows) and each present weight block (BS x BS), both swizzled by
 //    their row width (128 bytes at bs 64, 64 at bs 32). The consumers' wgmmas read
-//    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot.
+//    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot; at
+//    16-bit bs 32 A comes from registers, loaded once per item (kAFromRegisters).
 //    A stand-alone replica measured 7.9 TB/s into shared memory at bs 64, 1/2:
 //    1.84x the wgmma group kernel (benchmarks/NOTES.md, session 30).
 //  * fp32 runs as tf32, whose wgmma reads B K-major only: the dx reads W^T as
@@ -28,11 +29,12 @@
 //    within the same error bound, tests/helpers.py: tolerance). A tile row of 32
 //    floats is 128 bytes, the widest swizzle, so only bs 32 is served.
 //
-// Warp specialized (common/warp_roles.cuh): two loader threads (kLoaders, alternate
-// items) fill a ring of slots, each as soon as both consumer warpgroups have released
-// it; the consumers (128 rows each, two m64 halves) keep one item's wgmmas in flight
-// while they wait for the next. Rows past the end load as zeros (TMA) and are not stored. Items are summed
-// in table order by fixed warpgroups: bitwise deterministic.
+// Warp specialized (common/warp_roles.cuh): four loader threads (kLoaders, lane 0 of each
+// loader warp, every fourth item) fill a ring of slots, each as soon as both consumer
+// warpgroups have released it; the consumers (128 rows each, two m64 halves) keep one
+// item's wgmmas in flight while they wait for the next. Rows past the end load as zeros
+// (TMA) and are not stored. Items are summed in table order by fixed warpgroups: bitwise
+// deterministic.
 #pragma once
 
 #include <cuda.h>
@@ -94,16 +96,27 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   // (~180 ns per item of ~3 boxes, whatever their size) bounded the feed at bs 32: with two,
   // the replica's feed alone ran 1.13x faster and jbs's 16-bit bs 32 fwd 1.02 / 1.10 / 1.14x at
   // 1/2 / 1/4 / 1/8 (fp32 1.00 / 1.00 / 1.04x; 16-bit bs 64, larger items, within 1%)
-  // (benchmarks/NOTES.md, session 32).
-  static constexpr int kLoaders = 2;
+  // (benchmarks/NOTES.md, session 32). Four (one per loader warp) ran 16-bit bs 32 with A from
+  // registers 1.00 / 1.01 / 1.02x faster again at 1/2 / 1/4 / 1/8 (session 33).
+  static constexpr int kLoaders = 4;
   static_assert(kStages % kLoaders == 0, "each slot is filled by one loader");
   static constexpr int kLdC = kP * BS + 8;  // the epilogue's staged fp32 rows, in the drained ring
   static_assert(2 * 128 * kLdC * 4 <= kStages * kSlotBytes, "the epilogue stages both warpgroups' rows");
   // + 1 KB to align the ring to the swizzle's atoms.
   static constexpr int kSmemBytes = kStages * kSlotBytes + 1024;
-  // sm_90's opt-in limit per block (227 KB), less ~1 KB for the static barriers and masks.
+  // sm_90's opt-in limit per block (227 KB), less ~1 KB for the static barriers.
   static_assert(kSmemBytes + 1024 <= 232448, "the ring exceeds the opt-in shared memory");
   static constexpr uint64_t kSwizzleMode = kRowBytes == 128 ? 1 : 2;  // descriptor layout type: 128- / 64-byte swizzle
+  // A from registers (RS wgmma) where the accumulators leave room for two items' A fragments
+  // (16-bit bs 32: 128 + 2 x 16 registers): each warp loads its rows of the activation tile
+  // once per item by ldmatrix, where SS wgmmas re-read them from shared memory for every
+  // present block, which caps m64n32 SS wgmmas at 67% of the tensor rate (shared-memory reads:
+  // 3 KB per 16 tensor cycles against 128 bytes per cycle). With two loaders, 1.23 / 1.19 /
+  // 1.12x at 1/2 / 1/4 / 1/8 in the replica (with one, the feed hid most of it: 1.11x at 1/2;
+  // benchmarks/NOTES.md, session 32), 1.10 / 1.06 / 1.05x in jbs (session 33). The 192-column
+  // configurations keep SS: their 192 accumulators leave room for a half item's fragments
+  // only, and chunks that small ran 0.91x at bs 64.
+  static constexpr bool kAFromRegisters = kP * BS <= 128;
   static constexpr uint32_t kAtomBytes = 8 * kRowBytes;      // 8 rows: the descriptor's stride (SBO)
   // CTAs run in bands of kBand row tiles x every group (the band's row tiles
   // innermost), so a wave shares a few row tiles' activations and its groups'
@@ -115,6 +128,16 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   // (benchmarks/NOTES.md, session 31).
   static constexpr int kCluster = 2;
 };
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile TMA wrote with the swizzle of
+// its row width (128 or 64 bytes) from a 1024-byte-aligned address: the chunk index is
+// XORed with address bits 7-9 (128-byte rows: row % 8) or 7-8 (64-byte rows: row / 2 % 4).
+template <int kRowBytes>
+__device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "TMA swizzle of 128- or 64-byte rows");
+  const int pattern = kRowBytes == 128 ? (row & 7) : ((row >> 1) & 3);
+  return row * kRowBytes + ((chunk ^ pattern) << 4);
+}
 
 template <typename T, int BS>
 __device__ __forceinline__ uint64_t group_tma_desc(const void* smem) {
@@ -129,7 +152,6 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   constexpr int kP = Cfg::kP;
   constexpr int kStages = Cfg::kStages;
   __shared__ uint64_t full[kStages], empty[kStages];
-  __shared__ int masks[kStages];  // the item's present columns, bit c for column c
   unsigned char* const raw = dynamic_smem();
   unsigned char* const ring = raw + ((1024 - (smem_u32(raw) & 1023)) & 1023);
 
@@ -163,16 +185,14 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         const uint32_t round = static_cast<uint32_t>((i - beg) / kStages);
         const int32_t* row = p.group_items + static_cast<int64_t>(i) * (1 + kP);
         int blocks[kP];
-        unsigned present = 0;
         int count = 0;
 #pragma unroll
         for (int c = 0; c < kP; ++c) {
           blocks[c] = __ldg(row + 1 + c);
-          if (blocks[c] >= 0) present |= 1u << c, ++count;
+          count += blocks[c] >= 0 ? 1 : 0;
         }
         const int input = __ldg(row);
         mbarrier_wait(empty + stage, (round & 1) ^ 1);
-        masks[stage] = static_cast<int>(present);  // published by the arrival below (release)
         mbarrier_arrive_expect_tx(full + stage, Cfg::kTileBytes + count * Cfg::kBlockBytes);
         unsigned char* const slot = ring + stage * Cfg::kSlotBytes;
         // (the maps count 16-bit units: an fp32 channel is two)
@@ -192,13 +212,42 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   warpgroup_reg_alloc<Cfg::kConsumerRegs>();
   const int lane = tid & 31, warp = tid >> 5;
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // uniform, so the MMA branches are too
+  constexpr bool kKMajor = Cfg::kBKMajor(TRANS);
   float acc[2][kP][1][BS / 8][4] = {};
+  // RS: two buffers of one item's A fragments (both m64 halves, every k-step), so the next
+  // item's loads never touch registers the previous item's wgmmas may still read.
+  uint32_t a_frag[Cfg::kAFromRegisters ? 2 : 1][2][Cfg::kKSteps][4];
+  // ldmatrix x4 of a k-step: lanes 0-15 address rows 0-15 at its first 16 bytes, lanes 16-31
+  // the same rows 16 bytes further (the m16 x k16 fragment's four 8 x 8 matrices).
+  const int lane_row = wg * 128 + (warp & 3) * 16 + (lane & 15);
+  // Item i's present columns come from its row of the group table (read-only), not from the
+  // loaders through shared memory: lane c loads column c's block, one item ahead so that the
+  // load's latency hides behind the item before. A mask word in shared memory, written by the
+  // loaders and read here, ordered by the slot's mbarriers, ran ~1% faster at 16-bit bs 32, but
+  // racecheck, which does not follow that ordering, reported it once several loaders wrote it;
+  // two items ahead ran ~1% slower again (benchmarks/NOTES.md, session 33).
+  auto column_block = [&](int i) {
+    return lane < kP && i < end ? __ldg(p.group_items + static_cast<int64_t>(i) * (1 + kP) + 1 + lane) : -1;
+  };
+  int block_of_lane = column_block(beg);
   int stage = 0, previous = -1;
   uint32_t round = 0;
-  for (int i = beg; i < end; ++i) {
+  auto consume = [&](int i, auto buffer) {
+    constexpr int kBuf = decltype(buffer)::value;
+    const unsigned present = __ballot_sync(0xffffffffu, block_of_lane >= 0);
+    block_of_lane = column_block(i + 1);
     mbarrier_wait(full + stage, round & 1);
-    const unsigned present = static_cast<unsigned>(masks[stage]);
     unsigned char* const slot = ring + stage * Cfg::kSlotBytes;
+    if constexpr (Cfg::kAFromRegisters) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+          const int r = lane_row + h * 64;
+          ldsm_x4(a_frag[kBuf][h][ks], slot + tma_swizzled_offset<Cfg::kRowBytes>(r, ks * 2 + (lane >> 4)));
+        }
+      }
+    }
     wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -211,18 +260,30 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
           for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
             // A: a k-step is 32 bytes along its rows. B: K-major, the same; N-major (16-bit
             // fwd), 16 of its rows further. Descriptors count 16 bytes.
-            constexpr bool kKMajor = Cfg::kBKMajor(TRANS);
             const uint64_t b_step = kKMajor ? 2 * ks : ks * 16 * Cfg::kRowBytes / 16;
-            wgmma_ss<T, BS, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step);
+            if constexpr (Cfg::kAFromRegisters) {
+              wgmma_rs<T, BS, kKMajor ? 0 : 1>(acc[h][c][0], a_frag[kBuf][h][ks], b + b_step);
+            } else {
+              wgmma_ss<T, BS, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step);
+            }
           }
         }
       }
     }
     wgmma_commit();
-    wgmma_wait<1>();  // the previous item's wgmmas have retired: release its slot
+    wgmma_wait<1>();  // the previous item's wgmmas have retired: release its slot (and A buffer)
     if (previous >= 0) mbarrier_arrive_warp(empty + previous, lane);
     previous = stage;
     if (++stage == kStages) stage = 0, ++round;
+  };
+  if constexpr (Cfg::kAFromRegisters) {
+    // Unrolled by two, so each item's fragment buffer is a compile-time index (registers).
+    for (int i = beg; i < end; i += 2) {
+      consume(i, std::integral_constant<int, 0>{});
+      if (i + 1 < end) consume(i + 1, std::integral_constant<int, 1>{});
+    }
+  } else {
+    for (int i = beg; i < end; ++i) consume(i, std::integral_constant<int, 0>{});
   }
   wgmma_wait<0>();
 
