@@ -18,7 +18,8 @@
 //    channels x 256 rows) and each present weight block (BS x BS), both swizzled by
 //    their row width (128 bytes at bs 64, 64 at bs 32). The consumers' wgmmas read
 //    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot; at
-//    16-bit bs 32 A comes from registers, loaded once per item (kAFromRegisters).
+//    16-bit bs 32 A comes from registers, loaded once per item (kAFromRegisters), and at
+//    fp32 one m64 half at a time (kAHalves).
 //    A stand-alone replica measured 7.9 TB/s into shared memory at bs 64, 1/2:
 //    1.84x the wgmma group kernel (benchmarks/NOTES.md, session 30).
 //  * fp32 runs as tf32, whose wgmma reads B K-major only: the dx reads W^T as
@@ -78,8 +79,17 @@ struct GroupTmaParams : FwdDxOperands {
 template <typename T, int BS>
 inline constexpr int kGroupTmaWidth = BS * sizeof(T) == 128 ? wide_group_width(BS) : 128 / BS;
 
+// Where A comes from registers one m64 half at a time (GroupTmaConfig::kAHalves): fp32 at bs 32.
 template <typename T, int BS>
-struct GroupTmaConfig : WarpRoles<40, 232> {
+inline constexpr bool kGroupTmaAHalves = std::is_same_v<T, float> && BS == 32;
+
+// The consumers' registers: 192 accumulators + 32 of A fragments need 240 (the loaders, a TMA
+// issue loop, keep 24).
+template <typename T, int BS>
+using GroupTmaRoles = std::conditional_t<kGroupTmaAHalves<T, BS>, WarpRoles<24, 240>, WarpRoles<40, 232>>;
+
+template <typename T, int BS>
+struct GroupTmaConfig : GroupTmaRoles<T, BS> {
   static constexpr int kP = kGroupTmaWidth<T, BS>;
   static constexpr int kTN = 256;
   static constexpr int kRowBytes = BS * static_cast<int>(sizeof(T));  // one swizzle span: 128 or 64 bytes
@@ -114,9 +124,18 @@ struct GroupTmaConfig : WarpRoles<40, 232> {
   // 3 KB per 16 tensor cycles against 128 bytes per cycle). With two loaders, 1.23 / 1.19 /
   // 1.12x at 1/2 / 1/4 / 1/8 in the replica (with one, the feed hid most of it: 1.11x at 1/2;
   // benchmarks/NOTES.md, session 32), 1.10 / 1.06 / 1.05x in jbs (session 33). The 192-column
-  // configurations keep SS: their 192 accumulators leave room for a half item's fragments
-  // only, and chunks that small ran 0.91x at bs 64.
+  // configurations hold A in halves at fp32 (kAHalves) and keep SS at 16-bit bs 64.
   static constexpr bool kAFromRegisters = kP * BS <= 128;
+  // fp32 at bs 32 (192 columns): SS m64n32k8 tf32 wgmmas hit the same cap (2 KB of A + 1 KB of
+  // B per 16 tensor cycles), but beside 192 accumulators only one buffer per m64 half fits
+  // (32 registers; the consumers take 240): each half's A is loaded once per item and its
+  // wgmmas committed as a group of their own, so a half's next load waits only for that half's
+  // previous group. Shared-memory bytes per item at 1/2 (3.05 blocks): 44 KB written + 48 KB of
+  // B + 96 KB of A (SS) -> 32 KB of A. Ran 1.14 / 1.04 / 1.01x at 1/2 / 1/4 / 1/8; the same at
+  // 16-bit bs 64 (whose SS cap is ~96%) ran 0.95-0.97x, and one commit group per (half, k-step)
+  // with half an item in flight 0.80-0.92x (benchmarks/NOTES.md, session 34).
+  static constexpr bool kAHalves = kGroupTmaAHalves<T, BS>;
+  static_assert(!(kAFromRegisters && kAHalves), "one way of holding A");
   static constexpr uint32_t kAtomBytes = 8 * kRowBytes;      // 8 rows: the descriptor's stride (SBO)
   // CTAs run in bands of kBand row tiles x every group (the band's row tiles
   // innermost), so a wave shares a few row tiles' activations and its groups'
@@ -217,8 +236,10 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   // RS: two buffers of one item's A fragments (both m64 halves, every k-step), so the next
   // item's loads never touch registers the previous item's wgmmas may still read.
   uint32_t a_frag[Cfg::kAFromRegisters ? 2 : 1][2][Cfg::kKSteps][4];
+  uint32_t a_half[Cfg::kAHalves ? 2 : 1][Cfg::kKSteps][4];  // kAHalves: [m64 half]
   // ldmatrix x4 of a k-step: lanes 0-15 address rows 0-15 at its first 16 bytes, lanes 16-31
-  // the same rows 16 bytes further (the m16 x k16 fragment's four 8 x 8 matrices).
+  // the same rows 16 bytes further (the m16 x k16 fragment's four 8 x 8 matrices; for fp32,
+  // 8 rows x 4 words each, which is the tf32 m16 x k8 fragment).
   const int lane_row = wg * 128 + (warp & 3) * 16 + (lane & 15);
   // Item i's present columns come from its row of the group table (read-only), not from the
   // loaders through shared memory: lane c loads column c's block, one item ahead so that the
@@ -232,8 +253,11 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   int block_of_lane = column_block(beg);
   int stage = 0, previous = -1;
   uint32_t round = 0;
+  // B's k-step in descriptor units (16 bytes): K-major, 32 bytes along its rows as A's;
+  // N-major (16-bit fwd), 16 of its rows further.
+  auto b_step = [](int ks) -> uint64_t { return kKMajor ? 2 * ks : ks * 16 * Cfg::kRowBytes / 16; };
   auto consume = [&](int i, auto buffer) {
-    constexpr int kBuf = decltype(buffer)::value;
+    [[maybe_unused]] constexpr int kBuf = decltype(buffer)::value;
     const unsigned present = __ballot_sync(0xffffffffu, block_of_lane >= 0);
     block_of_lane = column_block(i + 1);
     mbarrier_wait(full + stage, round & 1);
@@ -248,6 +272,35 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         }
       }
     }
+    if constexpr (Cfg::kAHalves) {
+      // One commit group per half: before half h's loads, the group that last read a_half[h]
+      // (the previous item's half h) must retire; before half 1's, the previous item's both
+      // have, so its slot is released there.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        wgmma_wait<1>();
+        if (h == 1 && previous >= 0) mbarrier_arrive_warp(empty + previous, lane);
+#pragma unroll
+        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+          ldsm_x4(a_half[h][ks], slot + tma_swizzled_offset<Cfg::kRowBytes>(lane_row + h * 64, ks * 2 + (lane >> 4)));
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kP; ++c) {
+          if (present & (1u << c)) {
+            const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes);
+#pragma unroll
+            for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+              wgmma_rs<T, BS, kKMajor ? 0 : 1>(acc[h][c][0], a_half[h][ks], b + b_step(ks));
+            }
+          }
+        }
+        wgmma_commit();
+      }
+      previous = stage;
+      if (++stage == kStages) stage = 0, ++round;
+      return;
+    }
     wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -258,13 +311,10 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
           const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes);
 #pragma unroll
           for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-            // A: a k-step is 32 bytes along its rows. B: K-major, the same; N-major (16-bit
-            // fwd), 16 of its rows further. Descriptors count 16 bytes.
-            const uint64_t b_step = kKMajor ? 2 * ks : ks * 16 * Cfg::kRowBytes / 16;
             if constexpr (Cfg::kAFromRegisters) {
-              wgmma_rs<T, BS, kKMajor ? 0 : 1>(acc[h][c][0], a_frag[kBuf][h][ks], b + b_step);
+              wgmma_rs<T, BS, kKMajor ? 0 : 1>(acc[h][c][0], a_frag[kBuf][h][ks], b + b_step(ks));
             } else {
-              wgmma_ss<T, BS, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step);
+              wgmma_ss<T, BS, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step(ks));  // A's k-step: 32 bytes
             }
           }
         }
