@@ -1,6 +1,6 @@
 """A compute-sanitizer sweep of the large-N TMA-fed column-group kernel
 (cuda/matmul/bsmm_group_tma_kernel.cuh): every configuration it serves (16-bit at bs 32 and
-64, fp32 at bs 32), forward and input gradient, on a layout with an empty block row, an empty
+64, fp32 at bs 32 and 64), forward and input gradient, on a layout with an empty block row, an empty
 block column and a full one, and a row count that ends part-way through a 256-row tile.
 Run with JBS_GROUP_TMA=1 so the kernel is taken at this small size:
   JBS_GROUP_TMA=1 compute-sanitizer --tool memcheck python scripts/sanitize_tma.py"""
@@ -13,7 +13,8 @@ import jbs
 
 ROWS = 580  # two full 256-row tiles and a partial one
 rng = np.random.default_rng(0)
-cases = [(32, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16), (64, jnp.float16), (32, jnp.float32)]
+cases = [(32, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16), (64, jnp.float16), (32, jnp.float32),
+         (64, jnp.float32)]  # fp32 at bs 64: the bs 32 kernel over the blocks' quarters
 for bs, dtype in cases:
     layout = rng.random((12, 13)) < 0.5
     layout[3, :] = False

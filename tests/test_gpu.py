@@ -398,12 +398,13 @@ def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
 
 
 @pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (64, jnp.bfloat16), (32, jnp.float16),
-                                      (64, jnp.float16), (32, jnp.float32)])
+                                      (64, jnp.float16), (32, jnp.float32), (64, jnp.float32)])
 @pytest.mark.parametrize("n", [580, 1024])
 def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
     """The TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh), forced by JBS_GROUP_TMA=1:
     fwd and dx against float64 and bitwise repeatable (fp32 as tf32, its fwd through the
-    transposed copy of the blocks), on a power-law layout with empty block
+    transposed copy of the blocks; fp32 at bs 64 through the bs 32 kernel over the blocks'
+    quarters), on a power-law layout with empty block
     rows and columns, 40 block rows (more union items per group than the ring has slots, so
     every slot is refilled) and 13 block columns (a partial last group); 580 rows: three row
     tiles, the last one partial (its rows past the end load as zeros and are not stored)."""
@@ -428,7 +429,8 @@ def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
 
 
 @pytest.mark.parametrize("stacked", ["x", "w", "both"])
-@pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (64, jnp.float16), (32, jnp.float32)])
+@pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (64, jnp.float16), (32, jnp.float32),
+                                      (64, jnp.float32)])
 def test_tma_group_kernel_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
     """The TMA kernel under vmap over a stacked or broadcast activation and weight (its tensor
     maps' third dimension, with a step of 0 where the operand is shared), fwd and dx."""
@@ -438,10 +440,10 @@ def test_tma_group_kernel_over_weight_groups(rng, monkeypatch, stacked, bs, dtyp
 
 @pytest.mark.parametrize("bs,dtype,expected", [(64, jnp.bfloat16, True), (32, jnp.float16, True),
                                                (32, jnp.float32, True), (16, jnp.bfloat16, False),
-                                               (64, jnp.float32, False)])
+                                               (64, jnp.float32, True), (16, jnp.float32, False)])
 def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype, expected):
-    """Without switches, large-N fwd and dx take the TMA kernel at bs 32 and 64 in 16-bit types
-    and at bs 32 in fp32; bs 16 and fp32 at bs 64 keep the wgmma group kernel."""
+    """Without switches, large-N fwd and dx take the TMA kernel at bs 32 and 64, in 16-bit
+    types and in fp32 (at bs 64 through the bs 32 kernel); bs 16 keeps the wgmma group kernel."""
     from test_conv_gpu import kernel_names
     for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA"):
         monkeypatch.delenv(name, raising=False)

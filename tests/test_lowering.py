@@ -285,13 +285,13 @@ def test_large_n_scratch_skips_the_packed_copy_for_the_tma_kernel(monkeypatch, b
 
 
 @pytest.mark.parametrize("block_size,precision,setting,copy", [
-    (32, None, "", True), (32, "highest", "", False), (64, None, "", False), (16, None, "", False),
-    (32, None, "0", False)])
+    (32, None, "", True), (32, "highest", "", False), (64, None, "", True), (64, "highest", "", False),
+    (16, None, "", False), (32, None, "0", False), (64, None, "0", False)])
 def test_large_n_fp32_forward_scratch_holds_the_transposed_weights(monkeypatch, block_size, precision,
                                                                    setting, copy):
-    """The TMA kernel's fp32 forward (tf32, bs 32) reads a transposed copy of the weight blocks
+    """The TMA kernel's fp32 forward (tf32, bs 32 and 64) reads a transposed copy of the weight blocks
     from the scratch result: room for it (nnz * bs^2 floats) where that kernel takes the call,
-    none where it does not (HIGHEST, other block sizes, JBS_GROUP_TMA=0; the activation's packed
+    none where it does not (HIGHEST, bs 16, JBS_GROUP_TMA=0; the activation's packed
     copy then fills the scratch, so the layout here is tall enough to tell them apart)."""
     for name in ("JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
         monkeypatch.delenv(name, raising=False)

@@ -1,6 +1,7 @@
 // Large-N forward / input-gradient kernel over column groups, fed by TMA: the wgmmas
-// read B (and A, but at 16-bit bs 32) straight from the slot TMA filled. 16-bit types
-// at blocks of 32 or 64, fp32 (as tf32) at 32; sm_90a.
+// read B (and A, but at 16-bit bs 32 and fp32) straight from the slot TMA filled. 16-bit
+// types at blocks of 32 or 64, fp32 (as tf32) at 32, and at 64 as 32 x 32 quarters
+// (SPLIT); sm_90a.
 //
 // The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
 // a CTA owns a tile of 256 rows x P output block columns and walks the union of its
@@ -28,7 +29,8 @@
 //    fp32 operands reach the tensor cores as stored, which drop the mantissa bits
 //    tf32 lacks (truncation, where the packed copies of the older kernels round:
 //    within the same error bound, tests/helpers.py: tolerance). A tile row of 32
-//    floats is 128 bytes, the widest swizzle, so only bs 32 is served.
+//    floats is 128 bytes, the widest swizzle, so the kernel runs at bs 32, and bs 64
+//    blocks reach it as their quarters (SPLIT, below).
 //
 // Warp specialized (common/warp_roles.cuh): four loader threads (kLoaders, lane 0 of each
 // loader warp, every fourth item) fill a ring of slots, each as soon as both consumer
@@ -164,12 +166,21 @@ __device__ __forceinline__ uint64_t group_tma_desc(const void* smem) {
   return wgmma_desc(smem, 16, Cfg::kAtomBytes) | (Cfg::kSwizzleMode << 62);
 }
 
-template <typename T, int BS, bool TRANS>
+// SPLIT: fp32 at bs 64, run at bs 32 over the bs 64 layout's wide groups (3 columns of 64 =
+// kP = 6 columns of 32). Each bs 64 item goes through the ring as two items, the halves of its
+// input block (r = 0, 1), and each present 64 x 64 block as its two 32 x 32 sub-blocks of that
+// K half: the box at columns 32 r.. and rows 32 h.. of the block (h = 0, 1, the N halves) of
+// the weights as stored (dx) or of their transposed copy (fwd), both K-major. Items carry
+// 3.43 / 2.59 / 2.27 sub-blocks at density 1/2 / 1/4 / 1/8 against bs 32's 3.05 / 1.82 / 1.36
+// (benchmarks/NOTES.md, session 34).
+template <typename T, int BS, bool TRANS, bool SPLIT = false>
 __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
     bsmm_group_tma_kernel(const __grid_constant__ GroupTmaParams p) {
   using Cfg = GroupTmaConfig<T, BS>;
   constexpr int kP = Cfg::kP;
   constexpr int kStages = Cfg::kStages;
+  static_assert(!SPLIT || (std::is_same_v<T, float> && BS == 32), "SPLIT: fp32 at bs 64 through bs 32");
+  constexpr int kTableCols = SPLIT ? kP / 2 : kP;  // block columns of a group-table row
   __shared__ uint64_t full[kStages], empty[kStages];
   unsigned char* const raw = dynamic_smem();
   unsigned char* const ring = raw + ((1024 - (smem_u32(raw) & 1023)) & 1023);
@@ -182,6 +193,10 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   const int row_tile = band * Cfg::kBand + in_band % band_rows;
   const int g = static_cast<int>(blockIdx.y);
   const int beg = __ldg(p.group_offsets + group), end = __ldg(p.group_offsets + group + 1);
+  const int first = SPLIT ? 2 * beg : beg, last = SPLIT ? 2 * end : end;  // the ring's items
+  auto table_row = [&](int i) {  // the group-table row of ring item i
+    return p.group_items + static_cast<int64_t>(SPLIT ? i >> 1 : i) * (1 + kTableCols);
+  };
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -195,32 +210,40 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   if (tid >= Cfg::kConsumerThreads) {
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
     // Lane 0 of the loader warpgroup's first kLoaders warps: loader l fills the slots of items
-    // beg + l, beg + l + kLoaders, ... (slots l, l + kLoaders, ...: each slot has one loader).
+    // first + l, first + l + kLoaders, ... (slots l, l + kLoaders, ...: each slot has one loader).
     const int loader = (tid - Cfg::kConsumerThreads) / 32;
     if ((tid & 31) == 0 && loader < Cfg::kLoaders) {
       const int in_g = g * p.in_group_step, w_g = g * p.w_group_step;
-      for (int i = beg + loader; i < end; i += Cfg::kLoaders) {
-        const int stage = (i - beg) % kStages;
-        const uint32_t round = static_cast<uint32_t>((i - beg) / kStages);
-        const int32_t* row = p.group_items + static_cast<int64_t>(i) * (1 + kP);
-        int blocks[kP];
+      for (int i = first + loader; i < last; i += Cfg::kLoaders) {
+        const int stage = (i - first) % kStages;
+        const uint32_t round = static_cast<uint32_t>((i - first) / kStages);
+        const int32_t* row = table_row(i);
+        int blocks[kTableCols];
         int count = 0;
 #pragma unroll
-        for (int c = 0; c < kP; ++c) {
+        for (int c = 0; c < kTableCols; ++c) {
           blocks[c] = __ldg(row + 1 + c);
-          count += blocks[c] >= 0 ? 1 : 0;
+          count += blocks[c] >= 0 ? (SPLIT ? 2 : 1) : 0;
         }
-        const int input = __ldg(row);
+        const int input = SPLIT ? 2 * __ldg(row) + (i & 1) : __ldg(row);
         mbarrier_wait(empty + stage, (round & 1) ^ 1);
         mbarrier_arrive_expect_tx(full + stage, Cfg::kTileBytes + count * Cfg::kBlockBytes);
         unsigned char* const slot = ring + stage * Cfg::kSlotBytes;
         // (the maps count 16-bit units: an fp32 channel is two)
         tma_load_5d(slot, &p.in_map, input * Cfg::kRowBytes / 2, row_tile * Cfg::kTN, in_g, 0, 0, full + stage);
 #pragma unroll
-        for (int c = 0; c < kP; ++c) {
+        for (int c = 0; c < kTableCols; ++c) {
           if (blocks[c] >= 0) {
-            tma_load_5d(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes, &p.w_map, 0, blocks[c] * BS, w_g, 0, 0,
-                        full + stage);
+            if constexpr (SPLIT) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                tma_load_5d(slot + Cfg::kTileBytes + (2 * c + h) * Cfg::kBlockBytes, &p.w_map,
+                            (i & 1) * Cfg::kRowBytes / 2, (2 * blocks[c] + h) * BS, w_g, 0, 0, full + stage);
+              }
+            } else {
+              tma_load_5d(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes, &p.w_map, 0, blocks[c] * BS, w_g, 0, 0,
+                          full + stage);
+            }
           }
         }
       }
@@ -248,9 +271,9 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   // racecheck, which does not follow that ordering, reported it once several loaders wrote it;
   // two items ahead ran ~1% slower again (benchmarks/NOTES.md, session 33).
   auto column_block = [&](int i) {
-    return lane < kP && i < end ? __ldg(p.group_items + static_cast<int64_t>(i) * (1 + kP) + 1 + lane) : -1;
+    return lane < kP && i < last ? __ldg(table_row(i) + 1 + (SPLIT ? lane >> 1 : lane)) : -1;
   };
-  int block_of_lane = column_block(beg);
+  int block_of_lane = column_block(first);
   int stage = 0, previous = -1;
   uint32_t round = 0;
   // B's k-step in descriptor units (16 bytes): K-major, 32 bytes along its rows as A's;
@@ -328,12 +351,12 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   };
   if constexpr (Cfg::kAFromRegisters) {
     // Unrolled by two, so each item's fragment buffer is a compile-time index (registers).
-    for (int i = beg; i < end; i += 2) {
+    for (int i = first; i < last; i += 2) {
       consume(i, std::integral_constant<int, 0>{});
-      if (i + 1 < end) consume(i + 1, std::integral_constant<int, 1>{});
+      if (i + 1 < last) consume(i + 1, std::integral_constant<int, 1>{});
     }
   } else {
-    for (int i = beg; i < end; ++i) consume(i, std::integral_constant<int, 0>{});
+    for (int i = first; i < last; ++i) consume(i, std::integral_constant<int, 0>{});
   }
   wgmma_wait<0>();
 

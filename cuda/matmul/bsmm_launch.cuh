@@ -312,7 +312,7 @@ inline bool encode_row_tile_map(CUtensorMap* map, const void* base, int64_t cols
 
 // Whether the TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh) serves this
 // call: 16-bit types at bs 32 and 64, fp32 (as tf32, at the default precision) at bs
-// 32, a plain matrix (not a conv's gathered pixels), on sm_90, for large N. At 8192^3
+// 32, and at bs 64 through the bs 32 kernel (its SPLIT: kGroupTmaSplit), a plain matrix (not a conv's gathered pixels), on sm_90, for large N. At 8192^3
 // (H100, benchmarks/NOTES.md, session 30) it ran 1.65-1.84x faster than the wgmma group
 // kernel at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8, including where
 // the one-column kernel had served (reuse below min_wgmma_reuse), so it takes such calls
@@ -339,19 +339,28 @@ const void* group_tma_weights(const BsmmBlocksArgs& a) {
   return kIs16Bit<T> || a.transpose_w ? a.w : a.scratch;
 }
 
+// fp32 at bs 64 runs the bs 32 kernel over 32 x 32 sub-blocks (bsmm_group_tma_kernel's SPLIT).
+template <typename T, int BS>
+inline constexpr bool kGroupTmaSplit = std::is_same_v<T, float> && BS == 64;
+
+// The block size the kernel runs at: BS, or 32 where it splits the blocks.
+template <typename T, int BS>
+inline constexpr int kGroupTmaBs = kGroupTmaSplit<T, BS> ? 32 : BS;
+
 // The tensor maps of the kernel's two operands; false where the driver refuses them.
 template <typename T, int BS>
 bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
-  using Cfg = GroupTmaConfig<T, BS>;
+  constexpr int KBS = kGroupTmaBs<T, BS>;
+  using Cfg = GroupTmaConfig<T, KBS>;
   constexpr int kElem = sizeof(T);
   const CUtensorMapSwizzle swizzle = Cfg::kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   // The weights: blocks of BS rows, w_group_stride apart as given; the fp32 forward's copy
-  // is dense (one per weight group).
+  // is dense (one per weight group). Boxes of KBS x KBS: whole blocks, or sub-blocks.
   const void* w = group_tma_weights<T>(a);
   const int64_t w_stride = a.w_group_stride == 0 ? 0 : (w != a.w ? a.nnz * BS * BS : a.w_group_stride);
-  return encode_row_tile_map(&p->in_map, a.in, a.in_cols, a.rows, a.in_group_stride, a.groups, kElem, BS, Cfg::kTN,
+  return encode_row_tile_map(&p->in_map, a.in, a.in_cols, a.rows, a.in_group_stride, a.groups, kElem, KBS, Cfg::kTN,
                              swizzle, &p->in_group_step) &&
-         encode_row_tile_map(&p->w_map, w, BS, a.nnz * BS, w_stride, a.groups, kElem, BS, BS, swizzle,
+         encode_row_tile_map(&p->w_map, w, BS, a.nnz * BS, w_stride, a.groups, kElem, KBS, KBS, swizzle,
                              &p->w_group_step);
 }
 
@@ -360,28 +369,35 @@ bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
 template <typename T, int BS>
 bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
 #ifdef JBS_HAVE_SM90A
-  if constexpr (kGroupTmaSupported<T, BS>) {
+  if constexpr (kGroupTmaSupported<T, BS> || kGroupTmaSplit<T, BS>) {
+    constexpr int KBS = kGroupTmaBs<T, BS>;
+    constexpr int kSubBlocks = (BS / KBS) * (BS / KBS);  // sub-blocks of a block: 1, or 4
     const int env = group_tma_env();
     const bool needs_copy = !kIs16Bit<T> && !a.transpose_w;
-    // Its groups: the wide ones where its width is not the ordinary groups' (128-byte rows).
-    const bool wide = kGroupTmaWidth<T, BS> != 128 / BS;
+    // Its groups: the wide ones where its width is not the ordinary groups' (128-byte rows);
+    // split, those of the bs 64 layout (3 columns, the kernel's 6 halved).
+    const bool wide = kGroupTmaWidth<T, KBS> != 128 / KBS;
     const int32_t* const group_offsets = wide ? a.wide_offsets : a.group_offsets;
     const int32_t* const group_items = wide ? a.wide_items : a.group_items;
     const int64_t num_groups = wide ? a.num_wide_groups : a.num_groups;
     const int64_t num_items = wide ? a.num_wide_items : a.num_group_items;
     const int width = wide ? a.wide_width : a.group_width;
     if (env == 0 || a.gathered || (!kIs16Bit<T> && a.precise) || group_items == nullptr ||
-        width != kGroupTmaWidth<T, BS> || num_items <= 0 || a.nnz <= 0 || a.rows <= kStreamMaxRowsHost ||
-        a.rows > int64_t{INT32_MAX} - GroupTmaConfig<T, BS>::kTN || a.nnz > INT32_MAX / BS ||
+        width * (BS / KBS) != kGroupTmaWidth<T, KBS> || num_items <= 0 || a.nnz <= 0 ||
+        a.rows <= kStreamMaxRowsHost || a.rows > int64_t{INT32_MAX} - GroupTmaConfig<T, KBS>::kTN ||
+        a.nnz > INT32_MAX / BS || num_items > INT32_MAX / 2 ||
         (needs_copy && (a.scratch == nullptr || a.scratch_bytes < transposed_weight_bytes(a))) || !device_is_sm90()) {
       return false;
     }
-    const int row_tiles = static_cast<int>((a.rows + GroupTmaConfig<T, BS>::kTN - 1) / GroupTmaConfig<T, BS>::kTN);
+    const int row_tiles =
+        static_cast<int>((a.rows + GroupTmaConfig<T, KBS>::kTN - 1) / GroupTmaConfig<T, KBS>::kTN);
     if (env < 0) {
       if (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0) return false;
-      const double reuse = static_cast<double>(a.nnz) / static_cast<double>(num_items);
+      // Blocks per item of the kernel's own walk: split, an item is half a block row and
+      // carries two sub-blocks of each of its blocks.
+      const double reuse = static_cast<double>(a.nnz) * kSubBlocks / static_cast<double>(num_items * (BS / KBS));
       const bool fills_sms = num_groups * row_tiles * a.groups >= a.num_sms;
-      if (!fills_sms && reuse < min_wgmma_reuse(BS, false, !kIs16Bit<T>)) return false;
+      if (!fills_sms && reuse < min_wgmma_reuse(KBS, false, !kIs16Bit<T>)) return false;
     }
     static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
                                                     a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
@@ -397,8 +413,8 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
 
 template <typename T, int BS, bool TRANS>
 cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaParams& p, cudaStream_t stream) {
-  if constexpr (kGroupTmaSupported<T, BS>) {
-    using Cfg = GroupTmaConfig<T, BS>;
+  if constexpr (kGroupTmaSupported<T, BS> || kGroupTmaSplit<T, BS>) {
+    using Cfg = GroupTmaConfig<T, kGroupTmaBs<T, BS>>;
     if constexpr (!kIs16Bit<T> && !TRANS) {
       const cudaError_t err =
           launch_transpose_blocks_tf32<BS>(static_cast<const float*>(a.w), a.w_group_stride,
@@ -407,7 +423,7 @@ cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaPara
     }
     // The handlers guarantee num_groups * row tiles < 2^31 and groups <= 65535.
     const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups));
-    const auto kernel = bsmm_group_tma_kernel<T, BS, TRANS>;
+    const auto kernel = bsmm_group_tma_kernel<T, kGroupTmaBs<T, BS>, TRANS, kGroupTmaSplit<T, BS>>;
     if (grid.x % Cfg::kCluster == 0) {
       const cudaError_t err =
           launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p, Cfg::kCluster);

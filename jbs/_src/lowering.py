@@ -207,8 +207,8 @@ def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) 
     # low reuse, or a tensor map the driver refuses): it then runs the one-column kernel, which
     # reads no packed copy, so the prediction costs at most the fp32 copy's unused room.
     forced = os.environ.get("JBS_GROUP_TMA", "")
-    supported = (block_size in (32, 64) if itemsize == 2 else
-                 block_size == 32 and precision == precision_lib.DEFAULT)
+    # (fp32 at bs 64 runs the bs 32 kernel over the blocks' 32 x 32 quarters)
+    supported = block_size in (32, 64) and (itemsize == 2 or precision == precision_lib.DEFAULT)
     if forced[:1] == "0" or not supported or rows <= _STREAM_MAX_ROWS:
         return False
     if forced:

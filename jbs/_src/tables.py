@@ -123,7 +123,8 @@ def wide_group_width(block_size: int) -> int:
     for more blocks (bs 64 at density 1/2: 1.73 blocks per item against 1.34), which ran bs 64
     at 1/2 1.17x faster in its replica (benchmarks/NOTES.md, session 31). At bs 32 only fp32
     reads them (128-byte tile rows, as bf16 at bs 64); 16-bit types keep the ordinary groups
-    there (six columns were slower in the replica: their 64-byte rows)."""
+    there (six columns were slower in the replica: their 64-byte rows). fp32 at bs 64 walks
+    the bs 64 ones as six columns of the blocks' 32 x 32 quarters (session 34)."""
     return 192 // block_size if block_size in (32, 64) else group_width(block_size)
 
 
