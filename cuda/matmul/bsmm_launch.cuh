@@ -312,12 +312,14 @@ inline bool encode_row_tile_map(CUtensorMap* map, const void* base, int64_t cols
 
 // Whether the TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh) serves this
 // call: 16-bit types at bs 32 and 64, fp32 (as tf32, at the default precision) at bs
-// 32, and at bs 64 through the bs 32 kernel (its SPLIT: kGroupTmaSplit), a plain matrix (not a conv's gathered pixels), on sm_90, for large N. At 8192^3
-// (H100, benchmarks/NOTES.md, session 30) it ran 1.65-1.84x faster than the wgmma group
-// kernel at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8, including where
+// 32, and at bs 64 through the bs 32 kernel (its SPLIT: kGroupTmaSplit), a plain matrix
+// (not a conv's gathered pixels), on sm_90, for large N. At 8192^3 (H100,
+// benchmarks/NOTES.md, session 30) it ran 1.65-1.84x faster than the wgmma group kernel
+// at bs 64 and 1.22-1.31x at bs 32 (bf16), densities 1/2 to 1/8 (fp32 at bs 64, split:
+// 1.52-1.77x, session 34), including where
 // the one-column kernel had served (reuse below min_wgmma_reuse), so it takes such calls
 // from kWgmmaMinRows rows: where its reuse (blocks per union item of its own groups, the
-// wide ones at 16-bit bs 64 and fp32 bs 32) reaches that threshold, and below it where its
+// wide ones at 16-bit bs 64 and fp32 bs 32 and 64) reaches that threshold, and below it where its
 // grid still gives every SM a CTA (a narrow output over few row tiles has more CTAs on the
 // one-column kernel's 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
 // it can run, ahead of every other group kernel (JBS_GROUPS=0 included), though the panel
