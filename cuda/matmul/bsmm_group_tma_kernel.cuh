@@ -169,10 +169,12 @@ __device__ __forceinline__ uint64_t group_tma_desc(const void* smem) {
 // SPLIT: fp32 at bs 64, run at bs 32 over the bs 64 layout's wide groups (3 columns of 64 =
 // kP = 6 columns of 32). Each bs 64 item goes through the ring as two items, the halves of its
 // input block (r = 0, 1), and each present 64 x 64 block as its two 32 x 32 sub-blocks of that
-// K half: the box at columns 32 r.. and rows 32 h.. of the block (h = 0, 1, the N halves) of
+// K half (h = 0, 1, the N halves), loaded as one 32 x 64 box at column 32 r of the block, of
 // the weights as stored (dx) or of their transposed copy (fwd), both K-major. Items carry
 // 3.43 / 2.59 / 2.27 sub-blocks at density 1/2 / 1/4 / 1/8 against bs 32's 3.05 / 1.82 / 1.36
-// (benchmarks/NOTES.md, session 34).
+// (benchmarks/NOTES.md, session 34). A block's two sub-blocks, always present together and
+// adjacent in the slot, are one m64n64 wgmma's B: half the wgmmas and B descriptors of n32
+// ones, 1.10 / 1.07 / 1.04x at 1/2 / 1/4 / 1/8 (fwd; session 35).
 template <typename T, int BS, bool TRANS, bool SPLIT = false>
 __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
     bsmm_group_tma_kernel(const __grid_constant__ GroupTmaParams p) {
@@ -235,11 +237,9 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         for (int c = 0; c < kTableCols; ++c) {
           if (blocks[c] >= 0) {
             if constexpr (SPLIT) {
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                tma_load_5d(slot + Cfg::kTileBytes + (2 * c + h) * Cfg::kBlockBytes, &p.w_map,
-                            (i & 1) * Cfg::kRowBytes / 2, (2 * blocks[c] + h) * BS, w_g, 0, 0, full + stage);
-              }
+              // Both N halves of the block in one 32 x 64 box: sub-blocks 2 c and 2 c + 1.
+              tma_load_5d(slot + Cfg::kTileBytes + 2 * c * Cfg::kBlockBytes, &p.w_map, (i & 1) * Cfg::kRowBytes / 2,
+                          blocks[c] * 2 * BS, w_g, 0, 0, full + stage);
             } else {
               tma_load_5d(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes, &p.w_map, 0, blocks[c] * BS, w_g, 0, 0,
                           full + stage);
@@ -255,7 +255,11 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   const int lane = tid & 31, warp = tid >> 5;
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // uniform, so the MMA branches are too
   constexpr bool kKMajor = Cfg::kBKMajor(TRANS);
-  float acc[2][kP][1][BS / 8][4] = {};
+  // Accumulators per m64 half and wgmma column: split, one m64n64 wgmma covers a block's two
+  // sub-blocks (2 c and 2 c + 1, adjacent in the slot), which are always present together.
+  constexpr int kAccN = SPLIT ? 2 * BS : BS;
+  constexpr int kAccCols = kP * BS / kAccN;
+  float acc[2][kAccCols][1][kAccN / 8][4] = {};
   // RS: two buffers of one item's A fragments (both m64 halves, every k-step), so the next
   // item's loads never touch registers the previous item's wgmmas may still read.
   uint32_t a_frag[Cfg::kAFromRegisters ? 2 : 1][2][Cfg::kKSteps][4];
@@ -309,12 +313,12 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         }
         wgmma_fence();
 #pragma unroll
-        for (int c = 0; c < kP; ++c) {
-          if (present & (1u << c)) {
-            const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes);
+        for (int c = 0; c < kAccCols; ++c) {
+          if (present & (1u << (c * kAccN / BS))) {
+            const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * kAccN / BS * Cfg::kBlockBytes);
 #pragma unroll
             for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-              wgmma_rs<T, BS, kKMajor ? 0 : 1>(acc[h][c][0], a_half[h][ks], b + b_step(ks));
+              wgmma_rs<T, kAccN, kKMajor ? 0 : 1>(acc[h][c][0], a_half[h][ks], b + b_step(ks));
             }
           }
         }
@@ -329,15 +333,15 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       const uint64_t a = group_tma_desc<T, BS>(slot + (wg * 128 + h * 64) * Cfg::kRowBytes);
 #pragma unroll
-      for (int c = 0; c < kP; ++c) {
-        if (present & (1u << c)) {
-          const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * Cfg::kBlockBytes);
+      for (int c = 0; c < kAccCols; ++c) {
+        if (present & (1u << (c * kAccN / BS))) {
+          const uint64_t b = group_tma_desc<T, BS>(slot + Cfg::kTileBytes + c * kAccN / BS * Cfg::kBlockBytes);
 #pragma unroll
           for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
             if constexpr (Cfg::kAFromRegisters) {
-              wgmma_rs<T, BS, kKMajor ? 0 : 1>(acc[h][c][0], a_frag[kBuf][h][ks], b + b_step(ks));
+              wgmma_rs<T, kAccN, kKMajor ? 0 : 1>(acc[h][c][0], a_frag[kBuf][h][ks], b + b_step(ks));
             } else {
-              wgmma_ss<T, BS, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step(ks));  // A's k-step: 32 bytes
+              wgmma_ss<T, kAccN, kKMajor ? 0 : 1, 0>(acc[h][c][0], a + 2 * ks, b + b_step(ks));  // A's k-step: 32 bytes
             }
           }
         }
@@ -367,7 +371,9 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
-    for (int c = 0; c < kP; ++c) stage_acc<1, BS / 8, 128>(cs, Cfg::kLdC, h * 64 + row_in_wg, c * BS, acc[h][c], lane);
+    for (int c = 0; c < kAccCols; ++c) {
+      stage_acc<1, kAccN / 8, 128>(cs, Cfg::kLdC, h * 64 + row_in_wg, c * kAccN, acc[h][c], lane);
+    }
   }
   named_barrier_sync(2 + wg, 128);
   const int64_t n0 = static_cast<int64_t>(row_tile) * Cfg::kTN + wg * 128;

@@ -357,12 +357,13 @@ bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
   constexpr int kElem = sizeof(T);
   const CUtensorMapSwizzle swizzle = Cfg::kRowBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   // The weights: blocks of BS rows, w_group_stride apart as given; the fp32 forward's copy
-  // is dense (one per weight group). Boxes of KBS x KBS: whole blocks, or sub-blocks.
+  // is dense (one per weight group). Boxes of KBS columns x BS rows: whole blocks, or (split)
+  // a K half of a block, its two sub-blocks of that half in one box.
   const void* w = group_tma_weights<T>(a);
   const int64_t w_stride = a.w_group_stride == 0 ? 0 : (w != a.w ? a.nnz * BS * BS : a.w_group_stride);
   return encode_row_tile_map(&p->in_map, a.in, a.in_cols, a.rows, a.in_group_stride, a.groups, kElem, KBS, Cfg::kTN,
                              swizzle, &p->in_group_step) &&
-         encode_row_tile_map(&p->w_map, w, BS, a.nnz * BS, w_stride, a.groups, kElem, KBS, KBS, swizzle,
+         encode_row_tile_map(&p->w_map, w, BS, a.nnz * BS, w_stride, a.groups, kElem, KBS, BS, swizzle,
                              &p->w_group_step);
 }
 
