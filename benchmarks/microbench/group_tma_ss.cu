@@ -49,6 +49,9 @@
 //            RS kernel 1.18-1.24x faster at bs 32; bs 64 unchanged. The production kernel's
 //            loaders since session 32;
 //   rs2      with two loaders, SS against RS at bs 32 (and SS in clusters of 2).
+// Session 35's mode:
+//   depth    bs 64 (192 columns, two loaders, clusters of 2) with its 4 slots of 56 KB against 3
+//            (MODE & 512: a 168 KB ring): 3 slots ran 1.20 / 1.18x slower at 1/4 / 1/8.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -91,8 +94,9 @@ using T = __nv_bfloat16;
 // and more reuse of each activation tile (F blocks per item rises with P).
 // DEEP: a ring of up to 224 KB and 9 slots (bs 32: 9 x 24 KB) instead of 196 KB and 8, to
 // see whether more bytes in flight raise the feed.
-template <int BS, bool PAIRS = false, bool WIDE = false, int COLS = 128, bool DEEP = false>
+template <int BS, bool PAIRS = false, bool WIDE = false, int COLS = 128, int DEPTH = 0>
 struct Cfg {
+  static constexpr bool DEEP = DEPTH == 1;
   static constexpr int kTN = WIDE ? 128 : 256;  // rows per CTA: two consumer warpgroups of kMH m64 halves
   static constexpr int kMH = kTN / 128;
   static constexpr int kP = (WIDE ? 256 : COLS) / BS;
@@ -101,7 +105,8 @@ struct Cfg {
   static constexpr int kXBytes = kTN * kRowBytes * kHalves;
   static constexpr int kBlockBytes = BS * kRowBytes;
   static constexpr int kSlotBytes = kXBytes + kHalves * kP * kBlockBytes;
-  static constexpr int kBudget = (COLS == 192 || DEEP ? 224 : 196) * 1024;  // bytes of ring
+  // SHALLOW (DEPTH 2, MODE & 512): 168 KB, one 56 KB slot fewer at bs 64 / 192 columns.
+  static constexpr int kBudget = (DEPTH == 2 ? 168 : COLS == 192 || DEEP ? 224 : 196) * 1024;  // bytes of ring
   static constexpr int kMaxStages = DEEP ? 9 : 8;
   static constexpr int kStages = kBudget / kSlotBytes < kMaxStages ? kBudget / kSlotBytes : kMaxStages;
   static constexpr int kSmem = kStages * kSlotBytes + 1024;
@@ -180,7 +185,7 @@ __device__ __forceinline__ void wait_counted(uint64_t* bar, uint32_t parity, lon
 
 template <int BS, bool PAIRS, bool WIDE, int CL, int MODE, int COLS>
 __global__ void __launch_bounds__(384, 1) group_tma_ss(const __grid_constant__ Params p) {
-  using C = Cfg<BS, PAIRS, WIDE, COLS, (MODE & 16) != 0>;
+  using C = Cfg<BS, PAIRS, WIDE, COLS, (MODE & 16) != 0 ? 1 : (MODE & 512) != 0 ? 2 : 0>;
   constexpr int kP = C::kP;
   constexpr int kTN = C::kTN;
   constexpr int kRow = PAIRS ? 2 + 2 * kP : 1 + kP;  // ints per item
@@ -476,7 +481,7 @@ bool g_probe = false;  // "probe": also time one wave over fewer SMs
 
 template <int BS, bool PAIRS = false, bool WIDE = false, int CL = 1, int MODE = 0, int COLS = 128>
 void run(int n, double density, int band, double dense_tflops, int launch_cl = CL) {
-  using C = Cfg<BS, PAIRS, WIDE, COLS, (MODE & 16) != 0>;
+  using C = Cfg<BS, PAIRS, WIDE, COLS, (MODE & 16) != 0 ? 1 : (MODE & 512) != 0 ? 2 : 0>;
   constexpr int kTN = C::kTN;
   const int cb = n / BS, kb = n / BS, P = C::kP, groups = (kb + P - 1) / P;
   std::mt19937 rng(1234 + BS);
@@ -783,6 +788,17 @@ int main(int argc, char** argv) {
       run<64, false, false, 1, 320, 192>(8192, d, 4, dense, 2);
       run<64, false, false, 1, 0, 192>(8192, d, 4, dense, 2);
       run<64, false, false, 1, 256, 192>(8192, d, 4, dense, 2);
+    }
+    return 0;
+  }
+  // "depth": bs 64 (192 columns, two loaders, clusters of 2) with 4 slots against 3 (MODE &
+  // 512): does the ring's depth hold the feed back where a slot is 56 KB?
+  if (argc > 2 && std::string(argv[2]) == "depth") {
+    for (double d : {0.5, 0.25, 0.125}) {
+      run<64, false, false, 1, 256, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 768, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 256, 192>(8192, d, 4, dense, 2);
+      run<64, false, false, 1, 768, 192>(8192, d, 4, dense, 2);
     }
     return 0;
   }
