@@ -20,7 +20,7 @@
 //    their row width (128 bytes at bs 64, 64 at bs 32). The consumers' wgmmas read
 //    A K-major and B N-major (fwd) or K-major (dx, W^T) straight from the slot; at
 //    16-bit bs 32 A comes from registers, loaded once per item (kAFromRegisters), and at
-//    fp32 one m64 half at a time (kAHalves).
+//    fp32 bs 32 one m64 half at a time (kAHalves; not split).
 //    A stand-alone replica measured 7.9 TB/s into shared memory at bs 64, 1/2:
 //    1.84x the wgmma group kernel (benchmarks/NOTES.md, session 30).
 //  * fp32 runs as tf32, whose wgmma reads B K-major only: the dx reads W^T as
@@ -174,7 +174,8 @@ __device__ __forceinline__ uint64_t group_tma_desc(const void* smem) {
 // 3.43 / 2.59 / 2.27 sub-blocks at density 1/2 / 1/4 / 1/8 against bs 32's 3.05 / 1.82 / 1.36
 // (benchmarks/NOTES.md, session 34). A block's two sub-blocks, always present together and
 // adjacent in the slot, are one m64n64 wgmma's B: half the wgmmas and B descriptors of n32
-// ones, 1.10 / 1.07 / 1.04x at 1/2 / 1/4 / 1/8 (fwd; session 35).
+// ones, 1.10 / 1.07 / 1.04x at 1/2 / 1/4 / 1/8 (fwd; session 35). With m64n64 wgmmas A is
+// read from the slot (SS) as at 16-bit bs 64, not loaded in halves: dx 1.04 / 1.03 / 1.01x.
 template <typename T, int BS, bool TRANS, bool SPLIT = false>
 __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
     bsmm_group_tma_kernel(const __grid_constant__ GroupTmaParams p) {
@@ -263,7 +264,10 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   // RS: two buffers of one item's A fragments (both m64 halves, every k-step), so the next
   // item's loads never touch registers the previous item's wgmmas may still read.
   uint32_t a_frag[Cfg::kAFromRegisters ? 2 : 1][2][Cfg::kKSteps][4];
-  uint32_t a_half[Cfg::kAHalves ? 2 : 1][Cfg::kKSteps][4];  // kAHalves: [m64 half]
+  // A in halves (Cfg::kAHalves) at fp32 bs 32, but not split: there the wgmmas are m64n64,
+  // whose SS form reads 2 KB of A and 2 KB of B per 32 tensor cycles, as 16-bit bs 64's.
+  constexpr bool kAHalves = Cfg::kAHalves && !SPLIT;
+  uint32_t a_half[kAHalves ? 2 : 1][Cfg::kKSteps][4];  // kAHalves: [m64 half]
   // ldmatrix x4 of a k-step: lanes 0-15 address rows 0-15 at its first 16 bytes, lanes 16-31
   // the same rows 16 bytes further (the m16 x k16 fragment's four 8 x 8 matrices; for fp32,
   // 8 rows x 4 words each, which is the tf32 m16 x k8 fragment).
@@ -299,7 +303,7 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
         }
       }
     }
-    if constexpr (Cfg::kAHalves) {
+    if constexpr (kAHalves) {
       // One commit group per half: before half h's loads, the group that last read a_half[h]
       // (the previous item's half h) must retire; before half 1's, the previous item's both
       // have, so its slot is released there.
