@@ -19,6 +19,10 @@
 // bulk-copied weights (its pattern) with and without activation tiles, and for one launch of
 // each walk every warp's start and end (%globaltimer, the SM's clock) and SM id: how long the
 // grid waits for its slowest SMs, and which SMs those are (benchmarks/NOTES.md, session 28).
+// argv "pdl": the jbs even walk alone, with its sum kernel launched the ordinary way, and with
+// the sum kernel launched early (programmatic dependent launch, as jbs does since session 36),
+// each as back-to-back stream launches and as one CUDA graph of the whole chain (what XLA's
+// command buffers run).
 // Output: us per call (weights rotated over copies beyond L2), and x the floor,
 // floor = weight bytes / copy bandwidth (1 GB device-to-device copy, read +
 // write, as jbs-bench measures it), plus a read-only streaming kernel's rate.
@@ -40,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "common/launch.cuh"
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "matmul/bsmm_stream_even_kernel.cuh"
@@ -482,9 +487,112 @@ static void run_even(const char* dtype, const char* density, Problem& pr, bool w
   std::fflush(stdout);
 }
 
+static bool g_pdl = false;  // argv "pdl"
+
+// us per call of `launch` (on `stream`) over `reps` calls: as stream launches, or
+// captured once into a CUDA graph and replayed.
+template <typename Launch>
+static double time_on_stream(Launch launch, int copies, bool graph, cudaStream_t stream, int reps = 60) {
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; ++i) launch(i % copies);
+    CHECK(cudaStreamEndCapture(stream, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+  }
+  auto once = [&] {
+    if (graph) {
+      CHECK(cudaGraphLaunch(exec, stream));
+    } else {
+      for (int i = 0; i < reps; ++i) launch(i % copies);
+    }
+  };
+  once();
+  CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  double best = 1e30;
+  for (int trial = 0; trial < 5; ++trial) {
+    CHECK(cudaEventRecord(a, stream));
+    once();
+    CHECK(cudaEventRecord(b, stream));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, 1e3 * ms / reps);
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  if (exec) CHECK(cudaGraphExecDestroy(exec));
+  return best;
+}
+
+// The jbs even walk and its sum kernel three ways (argv "pdl"), stream and graph.
+template <typename T, bool TRANS>
+static void run_even_pdl(const char* dtype, const char* density, Problem& pr) {
+  using Cfg = StreamEvenConfig<T, kBS, TRANS, kN>;
+  auto kernel = bsmm_stream_even_kernel<T, kBS, TRANS, kN, false>;
+  auto sum = bsmm_stream_even_sum_kernel<T, kBS, kN, 1, 0>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+  const int64_t warps = std::min<int64_t>(int64_t(g_sms) * per_sm * Cfg::kWarps, pr.nnz);
+  float* scratch = nullptr;
+  void* out = nullptr;
+  CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
+  CHECK(cudaMalloc(&out, kN * kC * sizeof(float)));
+  StreamEvenParams p{};
+  p.in = pr.x;
+  p.offsets = pr.col_offsets;
+  p.items = reinterpret_cast<const int32_t*>(pr.items);
+  p.out = out;
+  p.pieces = scratch;
+  p.rows = kN;
+  p.in_tile_stride = kBS;
+  p.in_ld = kC;
+  p.out_cols = kC;
+  p.num_segments = kBlocks;
+  p.num_items = static_cast<int>(pr.nnz);
+  p.num_warps = static_cast<int>(warps);
+  const dim3 grid(static_cast<unsigned>((warps + Cfg::kWarps - 1) / Cfg::kWarps));
+  const dim3 sum_grid((kBlocks + 3) / 4);
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const char* names[3] = {"walk only", "walk + sum", "walk + sum (PDL)"};
+  for (int graph = 0; graph < 2; ++graph) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const double us = time_on_stream(
+          [&](int c) {
+            p.w = pr.w[c];
+            CHECK(launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p));
+            if (mode == 1) CHECK(launch_kernel(sum, sum_grid, dim3(128), 0, stream, p));
+            if (mode == 2) CHECK(launch_kernel_after(sum, sum_grid, dim3(128), 0, stream, p));
+          },
+          pr.copies, graph == 1, stream);
+      const double floor_us = pr.w_bytes / g_copy_bw;
+      std::printf("| %s | %s | jbs even%s, %s, %s | %d x %d | %d/SM | x1 w%d | mma | %.1f | %.1f | %.2f |\n", dtype,
+                  density, TRANS ? " dx" : "", names[mode], graph ? "graph" : "stream", Cfg::kWarps, Cfg::kStages,
+                  per_sm, Cfg::kBulkW ? 1 : 0, us, floor_us, us / floor_us);
+      std::fflush(stdout);
+    }
+  }
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(scratch));
+  CHECK(cudaFree(out));
+}
+
 template <typename T>
 static void sweep(const char* dtype, const char* dname, double density, bool full) {
   Problem pr = make_problem(sizeof(T), density, 7);
+  if (g_pdl) {
+    run_even_pdl<T, false>(dtype, dname, pr);
+    run_even_pdl<T, true>(dtype, dname, pr);
+    free_problem(pr);
+    return;
+  }
   run_even<T, false>(dtype, dname, pr);
   run_even<T, true>(dtype, dname, pr);
   if (g_tail) {
@@ -552,6 +660,7 @@ static int seed_stream_main(int argc, char** argv) {
     g_global_layout |= a == "global";
     g_random_data |= a == "normal";
     g_tail |= a == "tail";
+    g_pdl |= a == "pdl";
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -575,7 +684,7 @@ static int seed_stream_main(int argc, char** argv) {
   std::printf("| dtype | density | walk | warps x stages | CTAs | x / w copy | mma | us | floor us | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   sweep<__nv_bfloat16>("bf16", "1/2", 0.5, true);
-  if (g_tail) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
+  if (g_tail || g_pdl) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
   sweep<__nv_bfloat16>("bf16", "1/8", 0.125, true);
   sweep<__nv_bfloat16>("bf16", "1/32", 1.0 / 32, false);
   sweep<__nv_bfloat16>("bf16", "1/64", 1.0 / 64, false);

@@ -97,6 +97,34 @@ cudaError_t launch_kernel(void (*kernel)(Params), dim3 grid, dim3 block, size_t 
   return cudaGetLastError();
 }
 
+// The same as launch_kernel, but `kernel` may start before the kernel ahead of
+// it on `stream` completes (programmatic dependent launch, sm_90): its CTAs
+// become resident once every CTA of that kernel has called
+// griddep_launch_dependents() (common/ptx.cuh) or exited, and `kernel` must call
+// griddep_wait() before it reads that kernel's results. What this saves is the
+// launch gap between two kernels of one op: ~1 us in a CUDA graph and ~2 us as
+// stream launches on an H100 (benchmarks/NOTES.md, session 36). For sm_90
+// kernels only (the griddepcontrol instructions are sm_90's).
+template <typename Params>
+cudaError_t launch_kernel_after(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,
+                                cudaStream_t stream, const Params& params) {
+  if (smem_bytes + 1024 > kDefaultSmemLimit) {
+    cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
+    if (err != cudaSuccess) return err;
+  }
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
 // The same in clusters of `cluster_x` CTAs along x (sm_90; grid.x a multiple of it).
 template <typename Params>
 cudaError_t launch_kernel_in_clusters(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,

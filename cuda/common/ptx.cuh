@@ -179,4 +179,23 @@ __device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& sma
   small = to_tf32(v - __uint_as_float(big));
 }
 
+// Programmatic dependent launch (sm_90). A kernel launched with
+// launch_kernel_after (common/launch.cuh) may start while the kernel before it
+// on the stream still runs, once every CTA of that one has called
+// griddep_launch_dependents() or exited; it must call griddep_wait(), which
+// returns when that kernel has completed and its memory writes are visible,
+// before it reads anything the earlier kernel writes. Both are no-ops in a
+// kernel launched the ordinary way, and compile to nothing before sm_90.
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace jbs

@@ -656,10 +656,16 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
 
 // Launches an even-split walk (one CTA per SM slot, no more warps than the
 // `items` it cuts or than the scratch has `room` for) over p, then its sum
-// kernel, one warp per output column.
+// kernel, one warp per output column. With `early_sum` the sum kernel is
+// launched early (launch_kernel_after; the walk must call
+// griddep_launch_dependents): its CTAs sit beside the walk's and start summing
+// when the walk completes. On an H100 that took 1.0-1.3 us off the one-column
+// walk's calls (bf16 bs 32 at the seed shape, 1/4: 42.7 -> 41.3 us) and cost the
+// group walk (bs 16) ~1.5% (benchmarks/NOTES.md, session 36), which therefore
+// launches its sum kernel the ordinary way.
 template <typename Cfg, typename Walk, typename Sum>
 cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int64_t items, int64_t room, Walk walk,
-                              Sum sum, cudaStream_t stream) {
+                              Sum sum, bool early_sum, cudaStream_t stream) {
   p.num_items = static_cast<int>(items);
   int64_t warps = static_cast<int64_t>(a.num_sms) *
                   resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + Cfg::kStaticSmemBytes) * Cfg::kWarps;
@@ -672,7 +678,8 @@ cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int6
   if (err != cudaSuccess) return err;
   const int64_t out_blocks = a.out_cols / a.block_size;
   const dim3 sum_grid(static_cast<unsigned>((out_blocks + 3) / 4), static_cast<unsigned>(a.groups));
-  return launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
+  return early_sum ? launch_kernel_after(sum, sum_grid, dim3(128), 0, stream, p)
+                   : launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
 }
 
 template <typename T, int BS, bool TRANS, int TN>
@@ -684,7 +691,7 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
   p.offsets = a.offsets;
   p.num_segments = static_cast<int>(a.out_cols / BS);
   return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps(a, TN), kernel,
-                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, stream);
+                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, /*early_sum=*/true, stream);
 }
 
 // Whether the even-split kernel over column groups (bsmm_stream_even_group_kernel.cuh)
@@ -733,7 +740,8 @@ cudaError_t launch_stream_even_group_variant(const BsmmBlocksArgs& a, cudaStream
   p.items = a.group_items;
   p.num_segments = static_cast<int>(a.num_groups);
   return launch_even_split<Cfg>(a, p, a.num_group_items, stream_even_group_max_warps(a, TN), kernel,
-                                bsmm_stream_even_sum_kernel<T, BS, TN, Cfg::P, Cfg::kWarps>, stream);
+                                bsmm_stream_even_sum_kernel<T, BS, TN, Cfg::P, Cfg::kWarps>, /*early_sum=*/false,
+                                stream);
 }
 
 // The conv halo kernel (conv/bsconv_halo_kernel.cuh) serves a conv's fwd / dx

@@ -201,6 +201,9 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
   const int base = static_cast<int>(nnz * gw / W);
   const int end = active ? static_cast<int>(nnz * (gw + 1) / W) : base;
   const int cnt = end - base;  // >= 1 for active warps since W <= nnz
+  // The sum kernel behind this walk may become resident now and wait there
+  // (launch_even_split): its launch gap then overlaps the walk.
+  griddep_launch_dependents();
 
   // Start streaming before anything else: the prologue needs only this warp's
   // own items and barriers, so the first stages' copies are in flight while
@@ -348,10 +351,16 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
   constexpr int kCtaWarps = CTA_WARPS > 0 ? CTA_WARPS : 1;
   const int lane = threadIdx.x & 31;
   const int c = blockIdx.x * 4 + (threadIdx.x >> 5);
-  if (c >= p.out_cols / BS) return;
+  const bool in_range = c < p.out_cols / BS;
   const int seg = c / P;
-  const int col_begin = __ldg(p.offsets + seg);
-  const int col_end = __ldg(p.offsets + seg + 1);
+  // The offsets are the op's operands, complete before the walk began: their
+  // loads are in flight across the wait.
+  const int col_begin = in_range ? __ldg(p.offsets + seg) : 0;
+  const int col_end = in_range ? __ldg(p.offsets + seg + 1) : 0;
+  // Launched early behind the walk (launch_even_split): the pieces are the
+  // walk's. Every CTA waits, even one with nothing to sum, so that this
+  // kernel's completion implies the walk's for whatever the stream runs next.
+  griddep_wait();
   if (col_begin == col_end) return;
   const int64_t W = p.num_warps;
   const int64_t nnz = p.num_items;
