@@ -407,10 +407,18 @@ def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
     quarters), on a power-law layout with empty block
     rows and columns, 40 block rows (more union items per group than the ring has slots, so
     every slot is refilled) and 13 block columns (a partial last group); 580 rows: three row
-    tiles, the last one partial (its rows past the end load as zeros and are not stored)."""
+    tiles, the last one partial (its rows past the end load as zeros and are not stored). Its
+    groups (the wide ones at bs 64 and fp32 bs 32, the paired ones at 16-bit bs 32) hold columns
+    out of order (chosen to share inputs), so their outputs go to the columns the map names."""
+    from jbs._src.tables import tables_for
     from test_conv_gpu import kernel_names
     monkeypatch.setenv("JBS_GROUP_TMA", "1")
     bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 40, 13, density=0.45), bs)
+    t = tables_for(np.asarray(bsmm.layout), bs)
+    kind = "wide" if bs == 64 or dtype == jnp.float32 else "paired"  # 16-bit bs 32: the ordinary width
+    for op, segments in (("fwd", 13), ("dx", 40)):
+        columns = getattr(t, f"{op}_{kind}_columns")[:segments]
+        assert (columns != np.arange(segments)).any(), f"the {op} {kind} groups are in order"
     x = random_array(rng, (n, bsmm.shape[0]), dtype)
     w = random_array(rng, bsmm.w_shape, dtype)
     g = random_array(rng, (n, bsmm.shape[1]), dtype)
@@ -459,10 +467,11 @@ def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype
 
 
 def test_handler_checks_the_wide_groups(rng, monkeypatch):
-    """The fwd handler reads the TMA kernel's wide groups (3 columns at bs 64) as its last two
-    operands: given the ordinary 2-column groups there it returns an error naming them;
-    given the right ones, the product (1000 rows: the TMA kernel over 3 wide groups, the
-    last one partial, forced by JBS_GROUP_TMA=1)."""
+    """The fwd handler reads the TMA kernel's wide groups (3 columns at bs 64) and their columns
+    after the ordinary groups, then the paired groups: given the ordinary 2-column groups as
+    wide ones, or a column map of the wrong length, it returns an error naming them; given the
+    right ones, the product (1000 rows: the TMA kernel over 3 wide groups, the last one
+    partial, forced by JBS_GROUP_TMA=1)."""
     from jbs._src.tables import tables_for
     from test_conv_gpu import kernel_names
     monkeypatch.setenv("JBS_GROUP_TMA", "1")
@@ -474,10 +483,16 @@ def test_handler_checks_the_wide_groups(rng, monkeypatch):
     call = jax.ffi.ffi_call("jbs_bsmm_fwd", [jax.ShapeDtypeStruct((1, 1000, bsmm.shape[1]), jnp.bfloat16),
                                              jax.ShapeDtypeStruct((1 << 16,), jnp.float32)])
     tables = [t.fwd_offsets, t.fwd_items, t.fwd_chunks, t.fwd_splits, t.fwd_group_offsets, t.fwd_group_items]
+    paired = [t.fwd_paired_offsets, t.fwd_paired_items, t.fwd_paired_columns]
     attributes = dict(block_size=np.int32(64), precision=np.int32(0))
     with pytest.raises(Exception, match=r"wide_offsets \(5,\) and wide_items \(\d+, 3\) expected \(4,\) and \(n, 4\)"):
-        jax.block_until_ready(call(x, w, *tables, t.fwd_group_offsets, t.fwd_group_items, **attributes))
-    fwd = jax.jit(lambda x, w: call(x, w, *tables, t.fwd_wide_offsets, t.fwd_wide_items, **attributes)[0])
+        jax.block_until_ready(call(x, w, *tables, t.fwd_group_offsets, t.fwd_group_items, t.fwd_wide_columns,
+                                   *paired, **attributes))
+    with pytest.raises(Exception, match=r"wide_columns \(8,\) expected \(9,\) for 3 wide groups of 3 columns"):
+        jax.block_until_ready(call(x, w, *tables, t.fwd_wide_offsets, t.fwd_wide_items, t.fwd_wide_columns[:8],
+                                   *paired, **attributes))
+    fwd = jax.jit(lambda x, w: call(x, w, *tables, t.fwd_wide_offsets, t.fwd_wide_items, t.fwd_wide_columns,
+                                    *paired, **attributes)[0])
     assert any("bsmm_group_tma_kernel" in name for name in kernel_names(fwd, x, w)), "the TMA kernel did not run"
     assert rel_error(fwd(x, w)[0], f64(x[0]) @ dense_f64(bsmm, w[0])) < tolerance(jnp.bfloat16)
 

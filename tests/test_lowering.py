@@ -69,7 +69,7 @@ def custom_call(text, target):
     return lines[0]
 
 
-@pytest.mark.parametrize("target,operands", [("jbs_bsmm_fwd", 10), ("jbs_bsmm_dx", 10), ("jbs_bsmm_dw", 5)])
+@pytest.mark.parametrize("target,operands", [("jbs_bsmm_fwd", 14), ("jbs_bsmm_dx", 14), ("jbs_bsmm_dw", 5)])
 def test_each_primitive_lowers_to_its_custom_call(cuda_text, target, operands):
     line = custom_call(cuda_text, target)
     args = re.search(rf"@{target}\(([^)]*)\)", line).group(1)

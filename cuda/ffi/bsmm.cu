@@ -34,6 +34,8 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
                        const ffi::AnyBuffer& chunks, const ffi::AnyBuffer& splits,
                        const ffi::AnyBuffer& group_offsets, const ffi::AnyBuffer& group_items,
                        const ffi::AnyBuffer& wide_offsets, const ffi::AnyBuffer& wide_items,
+                       const ffi::AnyBuffer& wide_columns, const ffi::AnyBuffer& paired_offsets,
+                       const ffi::AnyBuffer& paired_items, const ffi::AnyBuffer& paired_columns,
                        ffi::AnyBuffer out, ffi::AnyBuffer scratch, int32_t block_size,
                        int32_t precision) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
@@ -125,7 +127,8 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   }
   BsmmBlocksArgs a;
   JBS_RETURN_IF_ERROR(set_groups(target, group_offsets, group_items, out_blocks, bs, &a));
-  JBS_RETURN_IF_ERROR(set_wide_groups(target, wide_offsets, wide_items, out_blocks, bs, &a));
+  JBS_RETURN_IF_ERROR(set_wide_groups(target, wide_offsets, wide_items, wide_columns, out_blocks, bs, &a));
+  JBS_RETURN_IF_ERROR(set_paired_groups(target, paired_offsets, paired_items, paired_columns, &a));
   if (groups == 0 || rows == 0 || out_cols == 0) return ffi::Error::Success();
 
   a.in = in.untyped_data();
@@ -164,11 +167,14 @@ ffi::Error BsmmFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer chunks,
                        ffi::AnyBuffer splits, ffi::AnyBuffer group_offsets,
                        ffi::AnyBuffer group_items, ffi::AnyBuffer wide_offsets,
-                       ffi::AnyBuffer wide_items, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::AnyBuffer wide_items, ffi::AnyBuffer wide_columns,
+                       ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
+                       ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> y,
                        ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
                        int32_t precision) {
   return bsmm_blocks("jbs_bsmm_fwd", /*transpose=*/false, stream, x, w, offsets, items,
-                     chunks, splits, group_offsets, group_items, wide_offsets, wide_items, *y,
+                     chunks, splits, group_offsets, group_items, wide_offsets, wide_items, wide_columns,
+                     paired_offsets, paired_items, paired_columns, *y,
                      *scratch, block_size,
                      precision);
 }
@@ -177,11 +183,14 @@ ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
                        ffi::AnyBuffer offsets, ffi::AnyBuffer items, ffi::AnyBuffer chunks,
                        ffi::AnyBuffer splits, ffi::AnyBuffer group_offsets,
                        ffi::AnyBuffer group_items, ffi::AnyBuffer wide_offsets,
-                       ffi::AnyBuffer wide_items, ffi::Result<ffi::AnyBuffer> dx,
+                       ffi::AnyBuffer wide_items, ffi::AnyBuffer wide_columns,
+                       ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
+                       ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> dx,
                        ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
                        int32_t precision) {
   return bsmm_blocks("jbs_bsmm_dx", /*transpose=*/true, stream, dy, w, offsets, items,
-                     chunks, splits, group_offsets, group_items, wide_offsets, wide_items, *dx,
+                     chunks, splits, group_offsets, group_items, wide_offsets, wide_items, wide_columns,
+                     paired_offsets, paired_items, paired_columns, *dx,
                      *scratch, block_size,
                      precision);
 }
@@ -303,6 +312,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmFwd, jbs::BsmmFwdImpl,
                                   .Arg<ffi::AnyBuffer>()  // group_items int32 (n, 1 + width)
                                   .Arg<ffi::AnyBuffer>()  // wide_offsets int32 (num_wide_groups + 1)
                                   .Arg<ffi::AnyBuffer>()  // wide_items int32 (n, 1 + wide width)
+                                  .Arg<ffi::AnyBuffer>()  // wide_columns int32 (num_wide_groups * wide width)
+                                  .Arg<ffi::AnyBuffer>()  // paired_offsets int32 (num_groups + 1)
+                                  .Arg<ffi::AnyBuffer>()  // paired_items int32 (n, 1 + width)
+                                  .Arg<ffi::AnyBuffer>()  // paired_columns int32 (num_groups * width)
                                   .Ret<ffi::AnyBuffer>()  // y (G, N, K)
                                   .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
                                   .Attr<int32_t>("block_size")
@@ -322,6 +335,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDx, jbs::BsmmDxImpl,
                                   .Arg<ffi::AnyBuffer>()  // group_items int32 (n, 1 + width)
                                   .Arg<ffi::AnyBuffer>()  // wide_offsets int32 (num_wide_groups + 1)
                                   .Arg<ffi::AnyBuffer>()  // wide_items int32 (n, 1 + wide width)
+                                  .Arg<ffi::AnyBuffer>()  // wide_columns int32 (num_wide_groups * wide width)
+                                  .Arg<ffi::AnyBuffer>()  // paired_offsets int32 (num_groups + 1)
+                                  .Arg<ffi::AnyBuffer>()  // paired_items int32 (n, 1 + width)
+                                  .Arg<ffi::AnyBuffer>()  // paired_columns int32 (num_groups * width)
                                   .Ret<ffi::AnyBuffer>()  // dx (G, N, C)
                                   .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
                                   .Attr<int32_t>("block_size")

@@ -161,21 +161,31 @@ inline ffi::Error set_groups(const char* target, const ffi::AnyBuffer& offsets,
 }
 
 // The TMA group kernel's wide groups (jbs/_src/tables.py wide_group_width: 192 / bs columns
-// at bs 32 and 64, the ordinary width otherwise).
+// at bs 32 and 64, the ordinary width otherwise), and which output block column each group's
+// column p is (tables.py shared_input_order): columns (num_wide_groups * width,), -1 = none.
 inline ffi::Error set_wide_groups(const char* target, const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
-                                  int64_t out_blocks, int64_t bs, BsmmBlocksArgs* a) {
+                                  const ffi::AnyBuffer& columns, int64_t out_blocks, int64_t bs,
+                                  BsmmBlocksArgs* a) {
   const int64_t width = wide_group_width(bs);
   JBS_RETURN_IF_ERROR(check_column_groups(target, "wide", offsets, items, out_blocks, width, &a->num_wide_groups));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand wide_columns", columns, 1, "(num_wide_groups * width,)"));
+  if (columns.dimensions()[0] != a->num_wide_groups * width) {
+    return invalid(target, "operand wide_columns " + shape_str(columns.dimensions()) + " expected (" +
+                               to_string(a->num_wide_groups * width) + ",) for " + to_string(a->num_wide_groups) +
+                               " wide groups of " + to_string(width) + " columns");
+  }
   a->wide_offsets = static_cast<const int32_t*>(offsets.untyped_data());
   a->wide_items = static_cast<const int32_t*>(items.untyped_data());
+  a->wide_columns = static_cast<const int32_t*>(columns.untyped_data());
   a->num_wide_items = items.dimensions()[0];
   a->wide_width = static_cast<int>(width);
   return ffi::Error::Success();
 }
 
-// The conv's paired column groups (jbs/_src/tables.py paired_order): shaped as the groups
-// above (set_groups first), plus columns (num_groups * width,): output block column p of
-// group q is columns[q * width + p], -1 for none. Read only by the conv strip kernel.
+// The paired column groups (jbs/_src/tables.py: a conv's by paired_order, a matmul's by
+// shared_input_order): shaped as the groups above (set_groups first), plus columns
+// (num_groups * width,): output block column p of group q is columns[q * width + p], -1 for
+// none. Read by the conv strip kernel and by the matmul's TMA group kernel at 16-bit bs 32.
 inline ffi::Error set_paired_groups(const char* target, const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& items,
                                     const ffi::AnyBuffer& columns, BsmmBlocksArgs* a) {
   JBS_RETURN_IF_ERROR(check_index(target, "operand paired_offsets", offsets, 1, "(num_groups + 1,)"));

@@ -67,11 +67,14 @@ struct BsmmBlocksArgs {
   // wide_group_width), for the TMA group kernel; at other block sizes the groups above.
   const int32_t* wide_offsets = nullptr;
   const int32_t* wide_items = nullptr;
+  // Output block column p of wide group q: wide_columns[q * wide_width + p] (-1: none).
+  const int32_t* wide_columns = nullptr;
   int64_t num_wide_groups = 0;
   int64_t num_wide_items = 0;
   int wide_width = 0;
-  // The same groups' columns paired by shared inputs (convs only; tables.py paired_order):
-  // output block column p of group q is paired_columns[q * group_width + p] (-1: none).
+  // The same groups of columns that share inputs (tables.py: a conv's paired_order, a
+  // matmul's shared_input_order): output block column p of group q is
+  // paired_columns[q * group_width + p] (-1: none).
   // nullptr: none given. Only the conv strip kernel reads them.
   const int32_t* paired_offsets = nullptr;
   const int32_t* paired_items = nullptr;

@@ -70,6 +70,9 @@ struct GroupTmaParams : FwdDxOperands {
   const int32_t* group_offsets;  // (num_groups + 1)
   const int32_t* group_items;    // (union items, 1 + P): input block, then column c's block or -1
                                  // (the wide groups where tile rows are 128 bytes)
+  const int32_t* group_columns;  // (num_groups * P): output block column c of group q is
+                                 // [q * P + c], -1 for none (groups of columns that share
+                                 // inputs); null: q * P + c (columns in order)
   int num_groups;
   int row_tiles;
   int in_group_step;  // 1, or 0 where `in` is shared by the weight groups
@@ -382,12 +385,16 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   named_barrier_sync(2 + wg, 128);
   const int64_t n0 = static_cast<int64_t>(row_tile) * Cfg::kTN + wg * 128;
   const int rows = static_cast<int>(p.rows - n0 < 128 ? p.rows - n0 : 128);
-  const int out_blocks = static_cast<int>(p.out_cols / BS);
-  const int num_cols = out_blocks - group * kP < kP ? out_blocks - group * kP : kP;
-  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols +
-                 static_cast<int64_t>(group) * kP * BS;
-  for (int c = 0; c < num_cols && rows > 0; ++c) {
-    store_tile<T, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0, out + c * BS, p.out_cols, rows, tid & 127);
+  // Output block columns of the group table (split: of 2 BS channels, each two of ours).
+  constexpr int kTableBS = SPLIT ? 2 * BS : BS;
+  const int table_cols = static_cast<int>(p.out_cols / kTableBS);
+  T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols;
+  for (int c = 0; c < kP && rows > 0; ++c) {
+    const int position = group * kTableCols + (SPLIT ? c >> 1 : c);
+    const int column = p.group_columns != nullptr ? __ldg(p.group_columns + position) : position;
+    if (column < 0 || column >= table_cols) continue;  // uniform: no output column there
+    const int64_t channel = static_cast<int64_t>(column) * kTableBS + (SPLIT ? (c & 1) * BS : 0);
+    store_tile<T, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0, out + channel, p.out_cols, rows, tid & 127);
   }
 }
 

@@ -378,12 +378,14 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
     const int env = group_tma_env();
     const bool needs_copy = !kIs16Bit<T> && !a.transpose_w;
     // Its groups: the wide ones where its width is not the ordinary groups' (128-byte rows);
-    // split, those of the bs 64 layout (3 columns, the kernel's 6 halved).
+    // split, those of the bs 64 layout (3 columns, the kernel's 6 halved). Otherwise the
+    // paired ones (the ordinary width, columns that share inputs) where the handler has them.
     const bool wide = kGroupTmaWidth<T, KBS> != 128 / KBS;
-    const int32_t* const group_offsets = wide ? a.wide_offsets : a.group_offsets;
-    const int32_t* const group_items = wide ? a.wide_items : a.group_items;
-    const int64_t num_groups = wide ? a.num_wide_groups : a.num_groups;
-    const int64_t num_items = wide ? a.num_wide_items : a.num_group_items;
+    const bool paired = !wide && a.paired_items != nullptr;
+    const int32_t* const group_offsets = wide ? a.wide_offsets : paired ? a.paired_offsets : a.group_offsets;
+    const int32_t* const group_items = wide ? a.wide_items : paired ? a.paired_items : a.group_items;
+    const int64_t num_groups = wide ? a.num_wide_groups : a.num_groups;  // (the paired groups': as many)
+    const int64_t num_items = wide ? a.num_wide_items : paired ? a.num_paired_items : a.num_group_items;
     const int width = wide ? a.wide_width : a.group_width;
     if (env == 0 || a.gathered || (!kIs16Bit<T> && a.precise) || group_items == nullptr ||
         width * (BS / KBS) != kGroupTmaWidth<T, KBS> || num_items <= 0 || a.nnz <= 0 ||
@@ -406,6 +408,7 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
                                                     a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
     p->group_offsets = group_offsets;
     p->group_items = group_items;
+    p->group_columns = wide ? a.wide_columns : paired ? a.paired_columns : nullptr;  // null: in order
     p->num_groups = static_cast<int>(num_groups);
     p->row_tiles = row_tiles;
     return group_tma_maps<T, BS>(a, p);

@@ -19,10 +19,12 @@ from jbs._src.tables import Tables
 _OPS = {
     bsmm_fwd_p: (reference.forward, "jbs_bsmm_fwd",
                  ("fwd_offsets", "fwd_items", "fwd_chunks", "fwd_splits", "fwd_group_offsets",
-                  "fwd_group_items", "fwd_wide_offsets", "fwd_wide_items")),
+                  "fwd_group_items", "fwd_wide_offsets", "fwd_wide_items", "fwd_wide_columns",
+                  "fwd_paired_offsets", "fwd_paired_items", "fwd_paired_columns")),
     bsmm_dx_p: (reference.input_grad, "jbs_bsmm_dx",
                 ("dx_offsets", "dx_items", "dx_chunks", "dx_splits", "dx_group_offsets",
-                 "dx_group_items", "dx_wide_offsets", "dx_wide_items")),
+                 "dx_group_items", "dx_wide_offsets", "dx_wide_items", "dx_wide_columns",
+                 "dx_paired_offsets", "dx_paired_items", "dx_paired_columns")),
     bsmm_dw_p: (reference.weight_grad, "jbs_bsmm_dw", ("dw_items", "dw_panel_items", "dw_panel_offsets")),
 }
 _TABLE_FIELDS = Tables._fields
@@ -448,11 +450,9 @@ def _cuda_rule(prim):
     is_dw = target == "jbs_bsmm_dw"
 
     # The convolutions have no small-N path (no chunks or splits) and no TMA group kernel (no
-    # wide groups); their fwd and dx also read the paired column groups (the strip kernel's,
-    # tables.paired_order).
-    op = target.removeprefix("jbs_bsmm_")
-    paired = [f"{op}_paired_{name}" for name in ("offsets", "items", "columns")] if not is_dw else []
-    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables + tuple(paired)
+    # wide groups); their fwd and dx read the paired column groups too (the strip kernel's,
+    # tables.paired_order; a matmul's are the TMA kernel's at 16-bit bs 32).
+    conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables
                           if not name.endswith(("_chunks", "_splits")) and "_wide_" not in name]
 
     def rule(ctx, *operands, precision, conv=None):

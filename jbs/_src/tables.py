@@ -41,19 +41,24 @@ class Tables(NamedTuple):
     dx_group_items: np.ndarray
     # The same groups, wide_group_width(block_size) columns each (192 columns at bs 32 and 64,
     # for the TMA group kernel); the groups above, as they are, at the other block sizes.
+    # Their columns share input blocks (shared_input_order) where they are not the groups
+    # above: output block column p of wide group q is columns[q * width + p], -1 = none.
     fwd_wide_offsets: np.ndarray
     fwd_wide_items: np.ndarray
     dx_wide_offsets: np.ndarray
     dx_wide_items: np.ndarray
+    fwd_wide_columns: np.ndarray
+    dx_wide_columns: np.ndarray
     # Row groups of the conv weight-gradient kernel (the reference path ignores them), see _row_groups:
     dw_row_groups: np.ndarray  # (groups, width / 2) consecutive blocks of one block row, -1 past its end
     # The blocks by panels of output block columns, for the small-N dw panel kernel (the
     # reference path ignores them), see _dw_panels:
     dw_panel_items: np.ndarray    # (nnz, 4) [block index, block row, block column, 0]
     dw_panel_offsets: np.ndarray  # (panels + 1,) panel p's items are [offsets[p], offsets[p + 1])
-    # Column groups as above, but of columns chosen to share input blocks (paired_order), and
-    # which output block column each group's column p is: (num_groups * width,), -1 = none.
-    # Only the conv strip kernel reads them; a matmul's are the groups above, in order.
+    # Column groups as above, but of columns chosen to share input blocks, and which output
+    # block column each group's column p is: (num_groups * width,), -1 = none. The conv strip
+    # kernel reads a conv's (paired_order); the TMA group kernel a matmul's at 16-bit bs 32
+    # (shared_input_order; in order where build_tables is not asked for them).
     fwd_paired_offsets: np.ndarray
     fwd_paired_items: np.ndarray
     fwd_paired_columns: np.ndarray
@@ -209,6 +214,58 @@ def paired_order(inputs: np.ndarray, width: int) -> np.ndarray:
     return _improve_by_swaps(order, inputs, width) if num_segments <= _MAX_SWAP_SEGMENTS else order
 
 
+# Growing groups by shared inputs costs segments x (inputs x segments): beyond this many
+# segments, or inputs x segments, the groups keep the segments in order (~1 s at the limits).
+_MAX_SHARED_INPUT_SEGMENTS = 1024
+_MAX_SHARED_INPUT_CELLS = 1 << 22
+
+
+def shared_input_order(inputs: np.ndarray, width: int) -> np.ndarray:
+    """Segments in groups of ``width`` (any width) that share input blocks: the order for
+    _groups, (num_groups * width,), -1 padding the last group; num_groups = ceil(segments /
+    width), as in order. ``inputs`` (input blocks, segments) says which inputs each segment has.
+
+    Why: the TMA group kernel (cuda/matmul/bsmm_group_tma_kernel.cuh) loads one activation tile
+    per union item of its group, and at densities 1/2 to 1/8 its feed from L2 bounds it. Columns
+    in order share inputs only by chance, so their groups have the most union items. Greedy:
+    each group starts from the free segment with the most inputs and takes, one at a time, the
+    free segment sharing the most inputs with the group so far (ties: fewer new inputs, then the
+    lower segment number). On random 128 x 128 layouts in groups of 3 (bs 64 at 8192 channels)
+    it leaves 1.06 / 1.12 / 1.15x fewer union items than the order at density 1/2 / 1/4 / 1/8,
+    and in groups of 4 about what paired_order's matching finds (benchmarks/NOTES.md, session
+    36). Deterministic; in order past its size limits."""
+    num_segments = inputs.shape[1]
+    if width == 1 or num_segments > _MAX_SHARED_INPUT_SEGMENTS or inputs.size > _MAX_SHARED_INPUT_CELLS:
+        return _in_order(num_segments, width)
+    held_by = inputs.astype(bool)
+    as_float = held_by.astype(np.float32)  # counts stay exact: < 2**24 inputs
+    counts = held_by.sum(axis=0)
+    free = np.ones(num_segments, bool)
+    order = np.full(-(-num_segments // width) * width, -1, np.int64)
+    position = 0
+    while free.any():
+        candidates = np.flatnonzero(free)
+        seed = int(candidates[np.argmax(counts[candidates])])
+        free[seed] = False
+        order[position] = seed
+        held = held_by[:, seed].copy()
+        shared = as_float[held].sum(axis=0)  # inputs each segment shares with the group
+        for p in range(1, width):
+            candidates = np.flatnonzero(free)
+            if candidates.size == 0:
+                break
+            gain = shared[candidates]
+            best = np.lexsort((candidates, counts[candidates] - gain, -gain))[0]
+            pick = int(candidates[best])
+            free[pick] = False
+            order[position + p] = pick
+            new_inputs = held_by[:, pick] & ~held
+            held |= new_inputs
+            shared += as_float[new_inputs].sum(axis=0)
+        position += width
+    return order
+
+
 # The swap search after the matching tries every two positions per pass: up to this many segments.
 _MAX_SWAP_SEGMENTS = 64
 
@@ -248,10 +305,13 @@ def _improve_by_swaps(order: np.ndarray, inputs: np.ndarray, width: int) -> np.n
     return order
 
 
-def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = None) -> Tables:
+def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = None,
+                 shared_inputs: bool = False) -> Tables:
     """Builds the tables of a validated bool layout of shape (Cb, Kb); ``width`` is the column
     group width of the large-N kernels (group_width(block_size)), ``wide_width`` the TMA
-    kernel's (wide_group_width(block_size); None: the same groups)."""
+    kernel's (wide_group_width(block_size); None: the same groups). With ``shared_inputs`` the
+    paired groups and the wide ones (where they are not the ordinary groups) take columns that
+    share inputs (shared_input_order); otherwise their columns are in order."""
     cb, kb = layout.shape
     rows, cols = np.nonzero(layout)  # row-major: the packed weight order
     blocks = np.arange(rows.size)
@@ -263,7 +323,10 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
     fwd_items = np.stack([blocks[by_col], rows[by_col]], axis=1)
     dx_items = np.stack([blocks[by_row], cols[by_row]], axis=1)
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
-    groups = _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width)
+    fwd_inputs, dx_inputs = layout, layout.T  # (inputs, segments) of each op
+    shared = lambda inputs, w: shared_input_order(inputs, w) if shared_inputs else None
+    groups = _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width,
+                           fwd_order=shared(fwd_inputs, width), dx_order=shared(dx_inputs, width))
     wide_width = width if wide_width is None else wide_width
     tables = Tables(
         fwd_offsets=as_i32(fwd_offsets),
@@ -275,8 +338,9 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
            for op, offsets in (("fwd", fwd_offsets), ("dx", dx_offsets))
            for name, table in zip(("chunks", "splits"), _chunks(offsets))},
         **groups,
-        **(_wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, wide_width) if wide_width != width
-           else _wide_as_ordinary(groups)),
+        **(_wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, wide_width, shared(fwd_inputs, wide_width),
+                        shared(dx_inputs, wide_width))
+           if wide_width != width else _wide_as_ordinary(groups, kb, cb, width)),
         dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
         **dict(zip(("dw_panel_items", "dw_panel_offsets"),
                    map(as_i32, _dw_panels(rows, cols, dw_panel_columns(128 // width))))),
@@ -286,19 +350,28 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
     return tables
 
 
-def _wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width) -> dict:
-    """The wide column groups of fwd and dx (see wide_group_width)."""
+def _wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order, dx_order) -> dict:
+    """The wide column groups of fwd and dx (see wide_group_width), their columns as
+    ``fwd_order`` / ``dx_order`` say (see _groups; None: in order)."""
+    as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
     fields = {}
-    for op, offsets, items in (("fwd", fwd_offsets, fwd_items), ("dx", dx_offsets, dx_items)):
-        group_offsets, group_items = _groups(np.asarray(offsets), np.asarray(items), width)
-        fields[f"{op}_wide_offsets"] = np.ascontiguousarray(group_offsets, dtype=np.int32)
-        fields[f"{op}_wide_items"] = np.ascontiguousarray(group_items, dtype=np.int32)
+    for op, offsets, items, order in (("fwd", fwd_offsets, fwd_items, fwd_order),
+                                      ("dx", dx_offsets, dx_items, dx_order)):
+        order = _in_order(len(offsets) - 1, width) if order is None else order
+        group_offsets, group_items = _groups(np.asarray(offsets), np.asarray(items), width, order)
+        fields[f"{op}_wide_offsets"] = as_i32(group_offsets)
+        fields[f"{op}_wide_items"] = as_i32(group_items)
+        fields[f"{op}_wide_columns"] = as_i32(order)
     return fields
 
 
-def _wide_as_ordinary(groups: dict) -> dict:
-    """Wide groups that are the ordinary ones (the same arrays): where the widths agree."""
-    return {f"{op}_wide_{name}": groups[f"{op}_group_{name}"] for op in ("fwd", "dx") for name in ("offsets", "items")}
+def _wide_as_ordinary(groups: dict, fwd_segments: int, dx_segments: int, width: int) -> dict:
+    """Wide groups that are the ordinary ones (the same arrays, columns in order): where the
+    widths agree."""
+    fields = {f"{op}_wide_{name}": groups[f"{op}_group_{name}"] for op in ("fwd", "dx") for name in ("offsets", "items")}
+    for op, segments in (("fwd", fwd_segments), ("dx", dx_segments)):
+        fields[f"{op}_wide_columns"] = np.ascontiguousarray(_in_order(segments, width), dtype=np.int32)
+    return fields
 
 
 # Output channels per panel of the small-N dw panel kernel: its shared memory holds dy's rows
@@ -369,14 +442,16 @@ def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width: int) -> Tables:
-    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width, wide_width)
+def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width: int, shared_inputs: bool) -> Tables:
+    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width, wide_width, shared_inputs)
 
 
 def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
-    """Cached tables of a bool layout: rebuilding an op with the same layout is free."""
-    return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape,
-                   group_width(block_size), wide_group_width(block_size))
+    """Cached tables of a bool layout: rebuilding an op with the same layout is free. Its
+    paired and wide groups take columns that share inputs; JBS_SHARED_INPUT_GROUPS=0 keeps
+    them in order (to compare; read when an op is built)."""
+    return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, group_width(block_size),
+                   wide_group_width(block_size), os.environ.get("JBS_SHARED_INPUT_GROUPS") != "0")
 
 
 def pairs_columns(layout: np.ndarray, width: int, pairing: str = "auto") -> bool:
@@ -422,7 +497,7 @@ def build_conv_tables(layout: np.ndarray, taps: int, width: int = 4, pairing: st
     # (dx_chunks/dx_splits stay the stacked layout's: the conv kernels never read them)
     # (the convs have no TMA group kernel: their wide groups are their ordinary ones)
     tables = stacked._replace(dx_offsets=as_i32(dx_offsets), dx_items=dx_items, **groups,
-                              **_wide_as_ordinary(groups))
+                              **_wide_as_ordinary(groups, kb, cb, width))
     for table in tables:
         table.setflags(write=False)
     return tables
