@@ -444,6 +444,24 @@ static void run(const char* dtype, const char* density, Problem& pr) {
   });
 }
 
+// The jbs even walk's parameters on problem pr (weights set per call), `warps` walking it.
+static StreamEvenParams even_params(const Problem& pr, float* scratch, void* out, int64_t warps) {
+  StreamEvenParams p{};
+  p.in = pr.x;
+  p.offsets = pr.col_offsets;
+  p.items = reinterpret_cast<const int32_t*>(pr.items);
+  p.out = out;
+  p.pieces = scratch;
+  p.rows = kN;
+  p.in_tile_stride = kBS;
+  p.in_ld = kC;
+  p.out_cols = kC;
+  p.num_segments = kBlocks;
+  p.num_items = static_cast<int>(pr.nnz);
+  p.num_warps = static_cast<int>(warps);
+  return p;
+}
+
 // The jbs kernel itself (bsmm_stream_even_kernel.cuh) on the same problem, with its
 // summing launch, to compare with the replicas above in one run.
 template <typename T, bool TRANS>
@@ -460,19 +478,7 @@ static void run_even(const char* dtype, const char* density, Problem& pr, bool w
     device_alloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float));
     device_alloc(&out, kN * kC * sizeof(float));
   }
-  StreamEvenParams p{};
-  p.in = pr.x;
-  p.offsets = pr.col_offsets;
-  p.items = reinterpret_cast<const int32_t*>(pr.items);
-  p.out = out;
-  p.pieces = scratch;
-  p.rows = kN;
-  p.in_tile_stride = kBS;
-  p.in_ld = kC;
-  p.out_cols = kC;
-  p.num_segments = kBlocks;
-  p.num_items = static_cast<int>(pr.nnz);
-  p.num_warps = static_cast<int>(warps);
+  StreamEvenParams p = even_params(pr, scratch, out, warps);
   const int grid = static_cast<int>((warps + Cfg::kWarps - 1) / Cfg::kWarps);
   const double us = time_us(
       [&](int c) {
@@ -544,19 +550,7 @@ static void run_even_pdl(const char* dtype, const char* density, Problem& pr) {
   void* out = nullptr;
   CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
   CHECK(cudaMalloc(&out, kN * kC * sizeof(float)));
-  StreamEvenParams p{};
-  p.in = pr.x;
-  p.offsets = pr.col_offsets;
-  p.items = reinterpret_cast<const int32_t*>(pr.items);
-  p.out = out;
-  p.pieces = scratch;
-  p.rows = kN;
-  p.in_tile_stride = kBS;
-  p.in_ld = kC;
-  p.out_cols = kC;
-  p.num_segments = kBlocks;
-  p.num_items = static_cast<int>(pr.nnz);
-  p.num_warps = static_cast<int>(warps);
+  StreamEvenParams p = even_params(pr, scratch, out, warps);
   const dim3 grid(static_cast<unsigned>((warps + Cfg::kWarps - 1) / Cfg::kWarps));
   const dim3 sum_grid((kBlocks + 3) / 4);
   cudaStream_t stream;

@@ -97,6 +97,24 @@ cudaError_t launch_kernel(void (*kernel)(Params), dim3 grid, dim3 block, size_t 
   return cudaGetLastError();
 }
 
+// launch_kernel with one launch attribute (cudaLaunchKernelEx).
+template <typename Params>
+cudaError_t launch_kernel_with(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, const Params& params, cudaLaunchAttribute attribute) {
+  if (smem_bytes + 1024 > kDefaultSmemLimit) {
+    cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
+    if (err != cudaSuccess) return err;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
 // The same as launch_kernel, but `kernel` may start before the kernel ahead of
 // it on `stream` completes (programmatic dependent launch, sm_90): its CTAs
 // become resident once every CTA of that kernel has called
@@ -108,44 +126,22 @@ cudaError_t launch_kernel(void (*kernel)(Params), dim3 grid, dim3 block, size_t 
 template <typename Params>
 cudaError_t launch_kernel_after(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,
                                 cudaStream_t stream, const Params& params) {
-  if (smem_bytes + 1024 > kDefaultSmemLimit) {
-    cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
-    if (err != cudaSuccess) return err;
-  }
   cudaLaunchAttribute early{};
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  return launch_kernel_with(kernel, grid, block, smem_bytes, stream, params, early);
 }
 
 // The same in clusters of `cluster_x` CTAs along x (sm_90; grid.x a multiple of it).
 template <typename Params>
 cudaError_t launch_kernel_in_clusters(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes,
                                       cudaStream_t stream, const Params& params, unsigned cluster_x) {
-  if (smem_bytes + 1024 > kDefaultSmemLimit) {
-    cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
-    if (err != cudaSuccess) return err;
-  }
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = cluster_x;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  return launch_kernel_with(kernel, grid, block, smem_bytes, stream, params, cluster);
 }
 
 }  // namespace jbs

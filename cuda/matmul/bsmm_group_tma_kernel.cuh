@@ -6,11 +6,15 @@
 // The work is that of the other column-group kernels (bsmm_group_wgmma_kernel.cuh):
 // a CTA owns a tile of 256 rows x P output block columns and walks the union of its
 // columns' input blocks ("items", matmul tables), so each activation tile it loads
-// feeds every block of the item. P = 128 / BS (group_items) at 16-bit bs 32; where a
+// feeds every block of the item. P = 128 / BS (the paired groups) at 16-bit bs 32; where a
 // tile row is 128 bytes (16-bit bs 64, fp32 bs 32) P = 192 / BS (the wide groups,
 // tables.py wide_group_width): 192 fp32 accumulators per consumer thread, and at bs 64
 // 1.73 blocks per item at density 1/2 instead of 1.34, which ran 1.17x faster in the
-// replica (benchmarks/NOTES.md, session 31). What differs is the feed:
+// replica (benchmarks/NOTES.md, session 31). A group's columns are not consecutive: they
+// are chosen to share input blocks (jbs/_src/tables.py shared_input_order), so the group has
+// fewer union items, i.e. fewer activation tiles to load (1.02-1.11x at 8192^3, session 36),
+// and the epilogue writes each to the output column the group's column map names. What
+// differs from the other group kernels is the feed:
 //  * the wgmma group kernels copy the activation tile and the blocks with 16-byte
 //    cp.asyncs from 128 threads and load A fragments into registers (RS wgmma).
 //    They moved ~4.4-4.7 TB/s from L2 and ran at 31-39% of the dense rate at bs 64

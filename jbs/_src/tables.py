@@ -306,12 +306,12 @@ def _improve_by_swaps(order: np.ndarray, inputs: np.ndarray, width: int) -> np.n
 
 
 def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = None,
-                 shared_inputs: bool = False) -> Tables:
+                 shared_wide: bool = False, shared_paired: bool = False) -> Tables:
     """Builds the tables of a validated bool layout of shape (Cb, Kb); ``width`` is the column
     group width of the large-N kernels (group_width(block_size)), ``wide_width`` the TMA
-    kernel's (wide_group_width(block_size); None: the same groups). With ``shared_inputs`` the
-    paired groups and the wide ones (where they are not the ordinary groups) take columns that
-    share inputs (shared_input_order); otherwise their columns are in order."""
+    kernel's (wide_group_width(block_size); None: the same groups). With ``shared_wide`` the
+    wide groups (where they are not the ordinary ones), with ``shared_paired`` the paired
+    groups take columns that share inputs (shared_input_order); otherwise theirs are in order."""
     cb, kb = layout.shape
     rows, cols = np.nonzero(layout)  # row-major: the packed weight order
     blocks = np.arange(rows.size)
@@ -324,9 +324,10 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
     dx_items = np.stack([blocks[by_row], cols[by_row]], axis=1)
     as_i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)
     fwd_inputs, dx_inputs = layout, layout.T  # (inputs, segments) of each op
-    shared = lambda inputs, w: shared_input_order(inputs, w) if shared_inputs else None
+    shared = lambda wanted, inputs, w: shared_input_order(inputs, w) if wanted else None
     groups = _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width,
-                           fwd_order=shared(fwd_inputs, width), dx_order=shared(dx_inputs, width))
+                           fwd_order=shared(shared_paired, fwd_inputs, width),
+                           dx_order=shared(shared_paired, dx_inputs, width))
     wide_width = width if wide_width is None else wide_width
     tables = Tables(
         fwd_offsets=as_i32(fwd_offsets),
@@ -338,8 +339,8 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
            for op, offsets in (("fwd", fwd_offsets), ("dx", dx_offsets))
            for name, table in zip(("chunks", "splits"), _chunks(offsets))},
         **groups,
-        **(_wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, wide_width, shared(fwd_inputs, wide_width),
-                        shared(dx_inputs, wide_width))
+        **(_wide_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, wide_width,
+                        shared(shared_wide, fwd_inputs, wide_width), shared(shared_wide, dx_inputs, wide_width))
            if wide_width != width else _wide_as_ordinary(groups, kb, cb, width)),
         dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
         **dict(zip(("dw_panel_items", "dw_panel_offsets"),
@@ -442,16 +443,21 @@ def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width: int, shared_inputs: bool) -> Tables:
-    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width, wide_width, shared_inputs)
+def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width: int, shared_wide: bool,
+            shared_paired: bool) -> Tables:
+    return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width, wide_width, shared_wide,
+                        shared_paired)
 
 
 def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
-    """Cached tables of a bool layout: rebuilding an op with the same layout is free. Its
-    paired and wide groups take columns that share inputs; JBS_SHARED_INPUT_GROUPS=0 keeps
-    them in order (to compare; read when an op is built)."""
+    """Cached tables of a bool layout: rebuilding an op with the same layout is free. The
+    groups the TMA kernel reads take columns that share inputs: the wide ones, and the paired
+    ones at bs 32 (its 16-bit groups; elsewhere nothing reads a matmul's paired groups, which
+    stay in order). JBS_SHARED_INPUT_GROUPS=0 keeps them all in order (to compare; read when an
+    op is built)."""
+    shared = os.environ.get("JBS_SHARED_INPUT_GROUPS") != "0"
     return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, group_width(block_size),
-                   wide_group_width(block_size), os.environ.get("JBS_SHARED_INPUT_GROUPS") != "0")
+                   wide_group_width(block_size), shared, shared and block_size == 32)
 
 
 def pairs_columns(layout: np.ndarray, width: int, pairing: str = "auto") -> bool:
