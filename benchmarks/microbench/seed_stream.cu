@@ -339,20 +339,17 @@ static void free_problem(Problem& pr) {
   device_free(pr.col_offsets);
 }
 
-// Mean us per launch over `reps` back-to-back launches cycling the weight copies.
-template <typename Launch>
-static double time_us(Launch launch, int copies, int reps = 60) {
-  for (int i = 0; i < copies; ++i) launch(i);
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
+// The best of `trials` timings of once() on `stream`, in us per each of the `reps` calls it makes.
+template <typename Once>
+static double best_us_per_call(cudaStream_t stream, int trials, int reps, Once once) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   double best = 1e30;
-  for (int trial = 0; trial < 3; ++trial) {
-    CHECK(cudaEventRecord(a));
-    for (int i = 0; i < reps; ++i) launch(i % copies);
-    CHECK(cudaEventRecord(b));
+  for (int trial = 0; trial < trials; ++trial) {
+    CHECK(cudaEventRecord(a, stream));
+    once();
+    CHECK(cudaEventRecord(b, stream));
     CHECK(cudaEventSynchronize(b));
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -361,6 +358,17 @@ static double time_us(Launch launch, int copies, int reps = 60) {
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
   return best;
+}
+
+// Mean us per launch over `reps` back-to-back launches cycling the weight copies.
+template <typename Launch>
+static double time_us(Launch launch, int copies, int reps = 60) {
+  for (int i = 0; i < copies; ++i) launch(i);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  return best_us_per_call(0, 3, reps, [&] {
+    for (int i = 0; i < reps; ++i) launch(i % copies);
+  });
 }
 
 static int g_sms = 0;
@@ -517,21 +525,7 @@ static double time_on_stream(Launch launch, int copies, bool graph, cudaStream_t
   };
   once();
   CHECK(cudaStreamSynchronize(stream));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  double best = 1e30;
-  for (int trial = 0; trial < 5; ++trial) {
-    CHECK(cudaEventRecord(a, stream));
-    once();
-    CHECK(cudaEventRecord(b, stream));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, 1e3 * ms / reps);
-  }
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
+  const double best = best_us_per_call(stream, 5, reps, once);
   if (exec) CHECK(cudaGraphExecDestroy(exec));
   return best;
 }
