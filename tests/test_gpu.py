@@ -539,6 +539,45 @@ def test_warp_specialized_kernel_matches_the_barrier_kernel_bitwise(rng, monkeyp
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("ws", ["0", "1"])
+@pytest.mark.parametrize("bs,dtype", [(16, jnp.bfloat16), (16, jnp.float32), (32, jnp.float16)])
+def test_wgmma_group_kernels_over_groups_that_share_inputs(rng, monkeypatch, ws, bs, dtype):
+    """The wgmma group kernels (a barrier per item, or warp-specialized) read a matmul's paired
+    column groups, whose columns are chosen to share input blocks and so are out of order: the
+    epilogue writes each where the group's column map says. fwd and dx against float64 (580
+    rows: a partial last row tile; a power-law layout with empty block rows and columns and a
+    partial last group), and bit for bit what the groups in order give (JBS_SHARED_INPUT_GROUPS=0:
+    each output column still meets its blocks in input-block order)."""
+    from jbs._src.tables import tables_for
+    from test_conv_gpu import kernel_names
+    monkeypatch.setenv("JBS_GROUPS", "1")
+    monkeypatch.setenv("JBS_WGMMA", "1")
+    monkeypatch.setenv("JBS_WS", ws)
+    layout = heavy_column_layout(rng, 40, 21, density=0.3)
+    t = tables_for(layout, bs)
+    for op, segments in (("fwd", 21), ("dx", 40)):
+        columns = getattr(t, f"{op}_paired_columns")[:segments]
+        assert (columns != np.arange(segments)).any(), f"the {op} paired groups are in order"
+    shared = jbs.BlockSparseMatMul(layout, bs)
+    monkeypatch.setenv("JBS_SHARED_INPUT_GROUPS", "0")
+    in_order = jbs.BlockSparseMatMul(layout, bs)
+    x = random_array(rng, (580, shared.shape[0]), dtype)
+    w = random_array(rng, shared.w_shape, dtype)
+    g = random_array(rng, (580, shared.shape[1]), dtype)
+    results = []
+    for bsmm in (shared, in_order):
+        fwd = jax.jit(lambda x, w: bsmm(x, w))
+        dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
+        names = kernel_names(fwd, x, w) | kernel_names(dx, x, w, g)
+        assert any("bsmm_group_ws_kernel" in n or "bsmm_group_wgmma_kernel" in n for n in names), names
+        results.append((np.asarray(fwd(x, w)), np.asarray(dx(x, w, g))))
+    W = dense_f64(shared, w)
+    assert rel_error(results[0][0], f64(x) @ W) < tolerance(dtype, None)
+    assert rel_error(results[0][1], f64(g) @ W.T) < tolerance(dtype, None)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("bs,dtype,expected", [(16, jnp.float32, True), (32, jnp.float32, False),
                                                (16, jnp.bfloat16, False)])
 def test_warp_specialized_kernel_is_the_default_for_fp32_at_bs16(rng, monkeypatch, bs, dtype, expected):

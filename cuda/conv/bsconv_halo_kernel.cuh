@@ -237,9 +237,10 @@ __global__ void __launch_bounds__(256, 1) bsconv_halo_kernel(const ConvHaloParam
 #pragma unroll
       for (int h = 0; h < 2; ++h) stage_acc<1, 128 / 8, 128>(s, kGroupTileLdC, h * 64 + row_in_wg, 0, acc[h], lane);
     };
-    store_group_tile<T, BS, Cfg::kThreads>(stage_rows, cs, cta.out, p.out_cols, cta.valid_rows, cta.num_cols, wg, tid);
+    store_group_tile<T, BS, Cfg::kThreads>(stage_rows, cs, cta.out_row, p.out_cols, cta.valid_rows, cta.columns, wg,
+                                           tid);
   } else {
-    store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, cs, cta.out, p.out_cols, cta.valid_rows, cta.num_cols, wg,
+    store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, cs, cta.out_row, p.out_cols, cta.valid_rows, cta.columns, wg,
                                                  row_in_wg, lane, tid);
   }
 }

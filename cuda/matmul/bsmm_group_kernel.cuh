@@ -36,10 +36,25 @@ namespace jbs {
 struct GroupParams : FwdDxOperands {
   const int32_t* group_offsets;  // (num_groups + 1)
   const int32_t* group_items;    // (union items, 1 + P)
+  const int32_t* group_columns;  // (num_groups * P): output block column of group q's column c is
+                                 // [q * P + c], -1 for none (groups of columns that share inputs,
+                                 // jbs/_src/tables.py shared_input_order); null: q * P + c
   int num_groups;                // blockIdx.x = row_tile * num_groups + group
   // > 0: `in` is the packed copy (matmul/packed_rows.cuh) with this many rows per
   // group, and in_group_stride is in its elements. 0: `in` is row-major.
   int64_t packed_rows;
+};
+
+// Which output block column each of a group's P columns writes: the group's entries of
+// GroupParams::group_columns, or without a map the group's own columns in order, q * P + c;
+// -1 where the group has no column c (a partial last group, or the map's padding).
+struct GroupColumns {
+  const int32_t* map;  // the group's P entries, or null
+  int first;           // q * P
+  int count;           // columns of the group in order (the last one may hold fewer than P)
+  __device__ __forceinline__ int operator()(int c) const {
+    return map != nullptr ? __ldg(map + c) : (c < count ? first + c : -1);
+  }
 };
 
 // Where a group-kernel CTA works: blockIdx.x = row tile * num_groups + group,
@@ -51,8 +66,8 @@ struct GroupCta {
   const T* in_group;     // the activation of group g (GATHER: the image batch)
   const T* in;           // ... at row n0 (unused with GATHER)
   const T* w;            // the weight blocks of group g
-  T* out;                // output tile origin: row n0, the group's first column
-  int num_cols;          // columns of this group (the last one may hold fewer than P)
+  T* out_row;            // the output at row n0, column 0
+  GroupColumns columns;  // where the group's columns go
   int valid_rows;        // rows of the tile that exist
   int beg, end;          // the group's union items
 
@@ -65,9 +80,9 @@ struct GroupCta {
     w = static_cast<const T*>(p.w) + g * p.w_group_stride;
     const int first_col = q * kP;
     const int out_blocks = static_cast<int>(p.out_cols / BS);
-    num_cols = out_blocks - first_col < kP ? out_blocks - first_col : kP;
-    out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols +
-          static_cast<int64_t>(first_col) * BS;
+    columns = GroupColumns{p.group_columns != nullptr ? p.group_columns + first_col : nullptr, first_col,
+                           out_blocks - first_col < kP ? out_blocks - first_col : kP};
+    out_row = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols;
     valid_rows = static_cast<int>(p.rows - n0 < TN ? p.rows - n0 : TN);
     beg = __ldg(p.group_offsets + q);
     end = __ldg(p.group_offsets + q + 1);
@@ -196,8 +211,10 @@ __global__ void __launch_bounds__(256) bsmm_group_kernel(const GroupParams p) {
   float* const cs = reinterpret_cast<float*>(smem_raw);
   stage_acc<Cfg::kMT, Cfg::kNT, kTN>(cs, Cfg::kLdC, wm * Cfg::kWarpM, wn * Cfg::kWarpN, acc, lane);
   __syncthreads();
-  for (int c = 0; c < cta.num_cols; ++c) {  // the last group may hold fewer than P columns
-    store_tile<T, kTN, BS, Cfg::kThreads, 1>(cs + c * BS, Cfg::kLdC, 0, cta.out + c * BS, p.out_cols,
+  for (int c = 0; c < kP; ++c) {
+    const int column = cta.columns(c);
+    if (column < 0) continue;  // uniform
+    store_tile<T, kTN, BS, Cfg::kThreads, 1>(cs + c * BS, Cfg::kLdC, 0, cta.out_row + column * BS, p.out_cols,
                                             cta.valid_rows, tid);
   }
 }

@@ -1,7 +1,10 @@
 // Large-N forward / input-gradient kernel over column groups on Hopper tensor
-// cores (wgmma, sm_90a): CTA = (row tile of 256, group of P = 128 / BS
-// consecutive output block columns, group g); 16-bit types, and fp32 as tf32
-// (one pass: the default precision; HIGHEST keeps the mma.sync kernels' 3xTF32).
+// cores (wgmma, sm_90a): CTA = (row tile of 256, group of P = 128 / BS output
+// block columns, group g); 16-bit types, and fp32 as tf32 (one pass: the default
+// precision; HIGHEST keeps the mma.sync kernels' 3xTF32). A matmul's groups are
+// its paired ones (columns chosen to share input blocks at bs 16 and 32, so fewer
+// union items; tables.py shared_input_order), a conv's its columns in order; the
+// epilogue writes each column where the group's map says (GroupColumns).
 //
 // Same walk as bsmm_group_kernel (the union of the group's input blocks, one
 // activation tile per item multiplied by every block present for it), with the
@@ -231,8 +234,8 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   // Epilogue, one warpgroup's 128 rows at a time through the drained ring.
   cp_async_wait<0>();
   __syncthreads();
-  store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, reinterpret_cast<float*>(smem_raw), cta.out, p.out_cols,
-                                               cta.valid_rows, cta.num_cols, wg, row_in_wg, lane, tid);
+  store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, reinterpret_cast<float*>(smem_raw), cta.out_row, p.out_cols,
+                                               cta.valid_rows, cta.columns, wg, row_in_wg, lane, tid);
 }
 
 }  // namespace jbs

@@ -223,10 +223,12 @@ __global__ void __launch_bounds__(384, 1) bsmm_group_ws_kernel(const GroupParams
   }
   named_barrier_sync(2 + wg, 128);
   const int rows = cta.valid_rows - wg * 128 < 128 ? cta.valid_rows - wg * 128 : 128;
-  for (int c = 0; c < cta.num_cols && rows > 0; ++c) {  // the last group may hold fewer than P columns
+  for (int c = 0; c < kP && rows > 0; ++c) {
+    const int column = cta.columns(c);
+    if (column < 0) continue;  // uniform
     store_tile<T, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0,
-                                   cta.out + static_cast<int64_t>(wg) * 128 * p.out_cols + c * BS, p.out_cols,
-                                   rows, tid & 127);
+                                   cta.out_row + static_cast<int64_t>(wg) * 128 * p.out_cols + column * BS,
+                                   p.out_cols, rows, tid & 127);
   }
 }
 

@@ -114,6 +114,7 @@ inline GroupParams group_params(const BsmmBlocksArgs& a) {
   fill_operands(p, a);
   p.group_offsets = a.group_offsets;
   p.group_items = a.group_items;
+  p.group_columns = nullptr;  // in order
   p.num_groups = static_cast<int>(a.num_groups);
   p.packed_rows = 0;
   return p;
@@ -269,6 +270,13 @@ template <typename T, int BS, bool TRANS, bool GATHER>
 cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if constexpr (kGroupWgmmaSupported<T, BS>) {
     GroupParams p = group_params(a);
+    if (!GATHER && a.paired_items != nullptr) {
+      // A matmul's paired groups: as many groups of columns that share input blocks (at bs 16
+      // and 32; in order elsewhere), so fewer union items, each an activation tile to load.
+      p.group_offsets = a.paired_offsets;
+      p.group_items = a.paired_items;
+      p.group_columns = a.paired_columns;
+    }
     const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
     const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
     if constexpr (!GATHER) {

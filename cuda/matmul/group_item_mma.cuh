@@ -17,6 +17,7 @@
 
 #include "common/dtype.cuh"
 #include "common/wgmma.cuh"
+#include "matmul/bsmm_group_kernel.cuh"  // GroupColumns
 #include "matmul/packed_rows.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
@@ -77,26 +78,29 @@ __device__ __forceinline__ void issue_item_wgmmas(float (&acc)[2][128 / BS][1][B
   }
 }
 
-// The epilogue of the wgmma group kernels: the CTA's 256 x 128 fp32 tile to out
-// (row stride out_cols), one warpgroup's 128 rows at a time staged in cs (>= 128 x
-// kGroupTileLdC floats: the drained ring). Warpgroup wg owns rows wg * 128..;
-// stage_rows(cs) stages them (row h * 64 + warp % 4 * 16 + .. of cs for m64 half h).
-// Rows from valid_rows and columns from num_cols blocks (the last group may hold
-// fewer than P) are not written. Every thread of the CTA calls it.
+// The epilogue of the wgmma group kernels: the CTA's 256 x 128 fp32 tile to out_row
+// (the tile's first row, column 0; row stride out_cols), one warpgroup's 128 rows at a
+// time staged in cs (>= 128 x kGroupTileLdC floats: the drained ring). Warpgroup wg
+// owns rows wg * 128..; stage_rows(cs) stages them (row h * 64 + warp % 4 * 16 + .. of
+// cs for m64 half h). Group column c goes to output block column columns(c)
+// (bsmm_group_kernel.cuh: GroupColumns); rows from valid_rows and columns the group
+// lacks (-1) are not written. Every thread of the CTA calls it.
 inline constexpr int kGroupTileLdC = 128 + 8;
 
 template <typename T, int BS, int NTHREADS, typename StageRows>
-__device__ __forceinline__ void store_group_tile(const StageRows& stage_rows, float* cs, T* out, int64_t out_cols,
-                                                 int valid_rows, int num_cols, int wg, int tid) {
+__device__ __forceinline__ void store_group_tile(const StageRows& stage_rows, float* cs, T* out_row, int64_t out_cols,
+                                                 int valid_rows, const GroupColumns& columns, int wg, int tid) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     if (wg == half) stage_rows(cs);
     __syncthreads();
     const int rows = valid_rows - half * 128 < 128 ? valid_rows - half * 128 : 128;
-    for (int c = 0; c < num_cols && rows > 0; ++c) {
+    for (int c = 0; c < 128 / BS && rows > 0; ++c) {
+      const int column = columns(c);
+      if (column < 0) continue;  // uniform
       store_tile<T, 128, BS, NTHREADS, 1>(cs + c * BS, kGroupTileLdC, 0,
-                                          out + static_cast<int64_t>(half) * 128 * out_cols + c * BS, out_cols, rows,
-                                          tid);
+                                          out_row + static_cast<int64_t>(half) * 128 * out_cols + column * BS, out_cols,
+                                          rows, tid);
     }
     __syncthreads();
   }
@@ -105,8 +109,9 @@ __device__ __forceinline__ void store_group_tile(const StageRows& stage_rows, fl
 // ... with accumulators per block column, acc[half][column][1][BS / 8][4].
 template <typename T, int BS, int NTHREADS>
 __device__ __forceinline__ void store_group_wgmma_tile(const float (&acc)[2][128 / BS][1][BS / 8][4], float* cs,
-                                                       T* out, int64_t out_cols, int valid_rows, int num_cols,
-                                                       int wg, int row_in_wg, int lane, int tid) {
+                                                       T* out_row, int64_t out_cols, int valid_rows,
+                                                       const GroupColumns& columns, int wg, int row_in_wg, int lane,
+                                                       int tid) {
   auto stage_rows = [&](float* s) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -116,7 +121,7 @@ __device__ __forceinline__ void store_group_wgmma_tile(const float (&acc)[2][128
       }
     }
   };
-  store_group_tile<T, BS, NTHREADS>(stage_rows, cs, out, out_cols, valid_rows, num_cols, wg, tid);
+  store_group_tile<T, BS, NTHREADS>(stage_rows, cs, out_row, out_cols, valid_rows, columns, wg, tid);
 }
 
 }  // namespace jbs

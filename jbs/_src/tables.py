@@ -57,8 +57,9 @@ class Tables(NamedTuple):
     dw_panel_offsets: np.ndarray  # (panels + 1,) panel p's items are [offsets[p], offsets[p + 1])
     # Column groups as above, but of columns chosen to share input blocks, and which output
     # block column each group's column p is: (num_groups * width,), -1 = none. The conv strip
-    # kernel reads a conv's (paired_order); the TMA group kernel a matmul's at 16-bit bs 32
-    # (shared_input_order; in order where build_tables is not asked for them).
+    # kernel reads a conv's (paired_order); the TMA group kernel a matmul's at 16-bit bs 32, the
+    # wgmma group kernels a matmul's at any size (shared_input_order at bs 16 and 32; in order
+    # where build_tables is not asked for them).
     fwd_paired_offsets: np.ndarray
     fwd_paired_items: np.ndarray
     fwd_paired_columns: np.ndarray
@@ -451,13 +452,14 @@ def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width:
 
 def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
     """Cached tables of a bool layout: rebuilding an op with the same layout is free. The
-    groups the TMA kernel reads take columns that share inputs: the wide ones, and the paired
-    ones at bs 32 (its 16-bit groups; elsewhere nothing reads a matmul's paired groups, which
-    stay in order). JBS_SHARED_INPUT_GROUPS=0 keeps them all in order (to compare; read when an
-    op is built)."""
+    groups the large-N kernels read take columns that share inputs: the wide ones (the TMA
+    kernel's), and the paired ones at bs 16 and 32 (the TMA kernel's 16-bit bs 32 groups, and
+    the wgmma group kernels'; at bs 64 they stay in order, where those kernels do not run by
+    default). JBS_SHARED_INPUT_GROUPS=0 keeps them all in order (to compare; read when an op
+    is built)."""
     shared = os.environ.get("JBS_SHARED_INPUT_GROUPS") != "0"
     return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, group_width(block_size),
-                   wide_group_width(block_size), shared, shared and block_size == 32)
+                   wide_group_width(block_size), shared, shared and block_size in (16, 32))
 
 
 def pairs_columns(layout: np.ndarray, width: int, pairing: str = "auto") -> bool:
