@@ -133,7 +133,9 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   constexpr bool kTransposeW = !TRANS && !kIs16Bit<T>;
   const int32_t* const items = p.group_items;  // row j: [input block, block of column 0..P-1]
 
-  GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kThreads> loader;
+  constexpr bool kPairs = kPairWgmmas<T, BS>;  // adjacent present columns in one wgmma (group_item_mma.cuh)
+  GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kThreads, kPairs && !kBKMajor, kPairs>
+      loader;
   loader.init(p, cta, tid);
 
   // An iteration takes kItems union items (one stage): the barrier, the wait for
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
 #pragma unroll
     for (int u = 0; u < kItems; ++u) {
       const unsigned present = static_cast<unsigned>(masks[read_stage * kItems + u]);  // CTA-uniform
-      issue_item_wgmmas<T, BS, kBKMajor>(
+      issue_item_wgmmas<T, BS, kBKMajor, kPairs>(
           acc, a[u], smem + read_stage * Cfg::kStageElems + u * Cfg::kSlotElems + kTN * Cfg::kLdX, present);
     }
     wgmma_commit();

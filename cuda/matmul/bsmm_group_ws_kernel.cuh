@@ -139,7 +139,10 @@ __global__ void __launch_bounds__(384, 1) bsmm_group_ws_kernel(const GroupParams
     const int ptid = tid - Cfg::kConsumerThreads;
     const int lane = tid & 31;
     constexpr bool kTransposeW = !TRANS && !kIs16Bit<T>;  // tf32 reads B K-major only
-    GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kLoaderThreads> loader;
+    // The forward's blocks with n-major cores where the consumers pair them (group_item_mma.cuh).
+    GroupSlotLoader<T, BS, kTN, Cfg::kLdX, kTransposeW, GATHER, PACKED, Cfg::kLoaderThreads,
+                    kPairWgmmas<T, BS> && !TRANS, kPairWgmmas<T, BS>>
+        loader;
     loader.init(p, cta, ptid);
     using Row = WarpTableRow<kP>;
     Row row = items > 0 ? Row::read(p.group_items, cta.beg, lane) : Row{-1};
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(384, 1) bsmm_group_ws_kernel(const GroupParams
     load_item_fragments<T, BS, Cfg::kLdX, PACKED>(a[B], xs, wg * 128 + row_in_wg, lane);
     const unsigned present = static_cast<unsigned>(masks[stage]);  // CTA-uniform
     wgmma_fence();
-    issue_item_wgmmas<T, BS, kBKMajor>(acc, a[B], xs + kTN * Cfg::kLdX, present);
+    issue_item_wgmmas<T, BS, kBKMajor, kPairWgmmas<T, BS>>(acc, a[B], xs + kTN * Cfg::kLdX, present);
     wgmma_commit();
     // Release a stage once its wgmmas have retired: with two A buffers the
     // previous item's (this one's stay in flight), else this one's.

@@ -6,8 +6,9 @@
 //    being stored in fragment order, matmul/packed_rows.cuh; otherwise
 //    ldmatrix, or scalar loads rounded to tf32, from row-major rows of LDX).
 //  * issue_item_wgmmas: for every present block column, one m64 x BS wgmma per
-//    k-step and half, B read from the slot's core-matrix blocks
-//    (matmul/group_slot_loader.cuh) K-major (dx, tf32) or N-major (16-bit fwd).
+//    k-step and half (16-bit bs 16: one m64 x 32 per pair of columns with a block),
+//    B read from the slot's core-matrix blocks (matmul/group_slot_loader.cuh)
+//    K-major (dx, tf32) or N-major (16-bit fwd).
 //  * store_group_tile / store_group_wgmma_tile: the epilogue, the 256 x 128 fp32
 //    tile to the output.
 // The caller fences, commits and waits (common/wgmma.cuh).
@@ -53,11 +54,48 @@ __device__ __forceinline__ void load_item_fragments(uint32_t (&a)[2][BS / kWgmma
   }
 }
 
-// present: bit c set when block column c has a block for this item (CTA-uniform).
-template <typename T, int BS, bool B_KMAJOR>
+// 16-bit bs 16: the blocks of columns 2j and 2j + 1, where either is present, go to the
+// tensor cores as one m64n32k16 wgmma (an absent one as zeros). An m64n16k16 costs them as
+// long as an m64n32k16: issuing every wgmma of the bs 16 group kernel twice made it 1.42x
+// slower, one of twice the width per block only 1.035x (8192^3 bf16 at density 1/2). With
+// the pairs, bf16 8192^3 fwd / dx ran 1.015 / 1.02 / 1.025x faster at 1/2 / 1/4 / 1/8: fewer
+// wgmmas (4 -> ~3 per m64 half and item at 1/2), less than their count predicts, as the zero
+// fills are more cp.asyncs for the same warps to issue (benchmarks/NOTES.md, session 37).
+// The pair's blocks must be one B operand: their 8 x 8 core matrices ordered n-major (B's
+// n-stride the same within a block and across the two), as the dx's blocks are stored and
+// the forward's are where GroupSlotLoader's N_MAJOR_CORES says, and a present block's
+// absent partner zeros (its ZERO_PARTNERS).
+template <typename T, int BS>
+inline constexpr bool kPairWgmmas = kIs16Bit<T> && BS == 16;
+
+// present: bit c set when block column c has a block for this item (CTA-uniform). PAIRS: the
+// pairs above (kPairWgmmas), over blocks stored with n-major cores and zero partners.
+template <typename T, int BS, bool B_KMAJOR, bool PAIRS = false>
 __device__ __forceinline__ void issue_item_wgmmas(float (&acc)[2][128 / BS][1][BS / 8][4],
                                                   const uint32_t (&a)[2][BS / kWgmmaKStep<T>][1][4], const T* ws,
                                                   unsigned present) {
+  if constexpr (PAIRS) {
+    static_assert(kPairWgmmas<T, BS>, "pairs of one k-step blocks of 16");
+    // Descriptor strides (bytes), either major: the next core matrix along k is the next 128
+    // bytes, along n the next 2 x 128 (one block row of them, and on into the pair's second block).
+    constexpr uint32_t kLbo = 128, kSbo = 2 * 128;
+#pragma unroll
+    for (int j = 0; j < 128 / BS / 2; ++j) {
+      // Where only one of the pair is present the other is zeros (GroupSlotLoader's
+      // ZERO_PARTNERS), so every pair is one shape: wgmmas of two shapes on overlapping
+      // accumulators made ptxas wait for each before the next (C7517), 6x slower.
+      if ((present >> (2 * j)) & 3u) {
+        const uint64_t desc = wgmma_desc(ws + 2 * j * BS * BS, kLbo, kSbo);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // acc[h][2j] and acc[h][2j + 1] are adjacent: the n32 accumulator's 8-column tiles 0-1 and 2-3.
+          wgmma_rs<T, 2 * BS, B_KMAJOR ? 0 : 1>(*reinterpret_cast<float(*)[BS / 4][4]>(&acc[h][2 * j][0][0][0]),
+                                                a[h][0][0], desc);
+        }
+      }
+    }
+    return;
+  }
   constexpr int kE = 16 / static_cast<int>(sizeof(T));  // elements per core-matrix row
   // Descriptor strides (bytes): core matrices are 128 B; a block row of them is BS/E wide.
   constexpr uint32_t kCoreRow = BS / kE * 128;

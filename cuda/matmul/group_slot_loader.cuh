@@ -27,7 +27,13 @@
 
 namespace jbs {
 
-template <typename T, int BS, int TN, int LDX, bool TRANSPOSE_W, bool GATHER, bool PACKED, int NTHREADS>
+// For wgmmas over pairs of adjacent blocks (group_item_mma.cuh: kPairWgmmas): N_MAJOR_CORES
+// stores a block's 8 x 8 core matrices chunk-major (its n-major order where the stored rows are
+// k, the forward's; otherwise row-major, as the rows come), so that two adjacent blocks form
+// one wider B operand; ZERO_PARTNERS fills an absent block with zeros where its pair's other
+// block (column c ^ 1) is present.
+template <typename T, int BS, int TN, int LDX, bool TRANSPOSE_W, bool GATHER, bool PACKED, int NTHREADS,
+          bool N_MAJOR_CORES = false, bool ZERO_PARTNERS = false>
 struct GroupSlotLoader {
   static_assert(!(GATHER && PACKED), "a gathered (conv) activation is not packed");
   static constexpr int kP = 128 / BS;
@@ -100,10 +106,12 @@ struct GroupSlotLoader {
         const int r_in = (idx / kChunksPerRow) % BS;
         const int cc = idx % kChunksPerRow;
         const int block = block_of(c);
-        if (block < 0) continue;
-        const T* src = w + static_cast<int64_t>(block) * kBlockElems + r_in * BS + cc * kE;
-        T* dst = ws + c * kBlockElems + ((r_in >> 3) * kChunksPerRow + cc) * 8 * kE + (r_in & 7) * kE;
-        cp_async_16(dst, src, 16);
+        const bool zeros = ZERO_PARTNERS && block < 0 && block_of(c ^ 1) >= 0;
+        if (block < 0 && !zeros) continue;
+        const T* src = w + static_cast<int64_t>(zeros ? 0 : block) * kBlockElems + r_in * BS + cc * kE;
+        const int core = N_MAJOR_CORES ? cc * (BS / 8) + (r_in >> 3) : (r_in >> 3) * kChunksPerRow + cc;
+        T* dst = ws + c * kBlockElems + core * 8 * kE + (r_in & 7) * kE;
+        cp_async_16(dst, src, zeros ? 0 : 16);  // (0 source bytes: 16 zero bytes)
       }
     }
   }
