@@ -41,3 +41,12 @@ def pytest_report_header(config):
 def rng(request):
     """Random data of this run's seed, distinct per test."""
     return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])
+
+
+@pytest.fixture(autouse=True)
+def block_kernels_everywhere(request, monkeypatch):
+    """The suite tests the block kernels, so it turns off the dense-dot fallback
+    (jbs/_src/dense_fallback.py) that would take some of its large bs 8 / 16 cases; the tests
+    marked ``dense_fallback`` test that fallback and set JBS_DENSE_FALLBACK themselves."""
+    if "dense_fallback" not in request.keywords:
+        monkeypatch.setenv("JBS_DENSE_FALLBACK", "0")

@@ -89,3 +89,25 @@ def run_on_four_host_devices(script: str) -> str:
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+def with_cuda_rules(lower):
+    """Runs ``lower()`` with the CUDA lowering rules registered (no GPU needed)."""
+    # Register the CUDA rules for this lowering only: on a GPU machine without the extension, a
+    # leaked registration would send every later test to FFI targets that do not exist.
+    from jax._src import dispatch
+    from jbs._src import lowering
+    from jax._src.interpreters import mlir as mlir_internal
+    registry = mlir_internal._platform_specific_lowerings["cuda"]
+    saved = {prim: registry.get(prim) for prim in lowering._OPS}
+    needs_devices = set(dispatch.prim_requires_devices_during_lowering)
+    try:
+        lowering.register_cuda()
+        return lower()
+    finally:
+        for prim, rule in saved.items():
+            if rule is None:
+                registry.pop(prim, None)
+            else:
+                registry[prim] = rule
+        dispatch.prim_requires_devices_during_lowering.intersection_update(needs_devices)

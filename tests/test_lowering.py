@@ -12,32 +12,12 @@ import jax.numpy as jnp
 import jbs
 from jbs._src import lowering
 from jbs._src.conv_geometry import ConvGeometry
-from helpers import run_on_four_host_devices
-
-
-def _with_cuda_rules(lower):
-    # Register the CUDA rules for this lowering only: on a GPU machine without the extension, a
-    # leaked registration would send every later test to FFI targets that do not exist.
-    from jax._src import dispatch
-    from jax._src.interpreters import mlir as mlir_internal
-    registry = mlir_internal._platform_specific_lowerings["cuda"]
-    saved = {prim: registry.get(prim) for prim in lowering._OPS}
-    needs_devices = set(dispatch.prim_requires_devices_during_lowering)
-    try:
-        lowering.register_cuda()
-        return lower()
-    finally:
-        for prim, rule in saved.items():
-            if rule is None:
-                registry.pop(prim, None)
-            else:
-                registry[prim] = rule
-        dispatch.prim_requires_devices_during_lowering.intersection_update(needs_devices)
+from helpers import run_on_four_host_devices, with_cuda_rules
 
 
 @pytest.fixture(scope="module")
 def cuda_text():
-    return _with_cuda_rules(_lower_step)
+    return with_cuda_rules(_lower_step)
 
 
 def _lower_step():
@@ -49,7 +29,7 @@ def _lower_step():
 
 
 def test_conv_lowers_to_the_implicit_gemm_calls():
-    text = _with_cuda_rules(_lower_conv_step)
+    text = with_cuda_rules(_lower_conv_step)
     for target in ("jbs_bsconv_fwd", "jbs_bsconv_dx", "jbs_bsconv_dw"):
         line = custom_call(text, target)
         assert "geometry = dense<" in line and "block_size = 8 : i32" in line
@@ -90,7 +70,7 @@ def test_gpus_older_than_sm80_lower_to_the_reference(monkeypatch):
     assert extension.runs_kernels(jax.devices("cpu")[0])
 
     monkeypatch.setattr(extension, "runs_kernels", lambda device: False)
-    text = _with_cuda_rules(_lower_step) + _with_cuda_rules(_lower_conv_step)
+    text = with_cuda_rules(_lower_step) + with_cuda_rules(_lower_conv_step)
     assert "custom_call @jbs" not in text, "an old GPU was given the kernels"
     assert "dot_general" in text  # the reference's block products
 
@@ -248,7 +228,7 @@ def _fwd_scratch_floats(block_size, rows, dtype=jnp.bfloat16, precision=None, la
     layout = np.array([[1, 0, 1], [1, 1, 0]], bool) if layout is None else layout
     bsmm = jbs.BlockSparseMatMul(layout, block_size, precision=precision)
     fwd = jax.jit(bsmm).trace(jnp.ones((rows, bsmm.shape[0]), dtype), jnp.ones(bsmm.w_shape, dtype))
-    line = custom_call(_with_cuda_rules(lambda: fwd.lower(lowering_platforms=("cuda",)).as_text()),
+    line = custom_call(with_cuda_rules(lambda: fwd.lower(lowering_platforms=("cuda",)).as_text()),
                        "jbs_bsmm_fwd")
     return int(re.search(r"-> \(tensor<[^>]*>, tensor<(\d+)xf32>\)", line).group(1))
 
@@ -472,7 +452,7 @@ def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kerne
         traced = grad.trace(jnp.zeros(x.shape, dtype), jnp.zeros(conv.w_shape, dtype))
         return traced.lower(lowering_platforms=("cuda",)).as_text()
 
-    line = custom_call(_with_cuda_rules(lower), "jbs_bsconv_dw")
+    line = custom_call(with_cuda_rules(lower), "jbs_bsconv_dw")
     assert f"row_splits = {expected} : i32" in line
 
 
@@ -501,7 +481,7 @@ def test_weight_gradient_splits_rows_for_the_panel_dw_kernel(monkeypatch, op, se
         grad = jax.jit(jax.grad(lambda x, w: jnp.sum(module(x, w).astype(jnp.float32)), argnums=1))
         return grad.trace(x, jnp.zeros(module.w_shape, jnp.bfloat16)).lower(lowering_platforms=("cuda",)).as_text()
 
-    line = custom_call(_with_cuda_rules(lower), target)
+    line = custom_call(with_cuda_rules(lower), target)
     assert f"row_splits = {expected} : i32" in line
 
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import mlir
 
-from jbs._src import extension, reference, sharding
+from jbs._src import dense_fallback, extension, reference, sharding
 from jbs._src import precision as precision_lib
 from jbs._src.primitives import bsmm_dw_p, bsmm_dx_p, bsmm_fwd_p
 from jbs._src.tables import Tables
@@ -440,6 +440,16 @@ def _conv_pixels(target, conv):
             "jbs_bsmm_dw": dict(operand_pixels=(source, rows), result_pixels=None)}[target]
 
 
+def _dense_dot_wins(ctx, precision) -> bool:
+    """Whether a matmul forward / input gradient lowers to XLA's dense dot (dense_fallback)."""
+    a, w = ctx.avals_in[0], ctx.avals_in[1]
+    (y,) = ctx.avals_out
+    tables = Tables(*ctx.avals_in[2:])
+    return dense_fallback.takes_dense_dot(
+        rows=a.shape[1], c=a.shape[2], k=y.shape[2], nnz=tables.dw_items.shape[0], block_size=w.shape[-1],
+        itemsize=a.dtype.itemsize, groups=y.shape[0], precision=precision)
+
+
 def _cuda_rule(prim):
     """Calls the FFI target with the two data operands and only the tables it reads, row-
     partitioned over devices when the activations are sharded (see sharding.py); lowers to the
@@ -463,6 +473,10 @@ def _cuda_rule(prim):
         # Partition only a computation over several devices (not a shard_map body, which is
         # already per device, and not a single device, where there is nothing to split).
         several_devices = sharding.spans_several_devices(axis_context)
+        if conv is None and not is_dw and not several_devices and _dense_dot_wins(ctx, precision):
+            dense = functools.partial(dense_fallback.dense_matmul, transpose=prim is bsmm_dx_p,
+                                      precision=precision)
+            return mlir.lower_fun(dense, multiple_results=False)(ctx, *operands)
         if conv is not None:
             kept = conv_keep if not is_dw else [0, 1] + [2 + _TABLE_FIELDS.index(name)
                                                          for name in ("dw_items", "dw_row_groups")]

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import jbs
 from jbs.bench import cases as cases_lib
 from jbs.bench import report, timing
-from jbs.bench.runners import CONV_RUNNERS, RUNNERS
+from jbs.bench.runners import CONV_RUNNERS, RUNNERS, path_of
 
 DENSITY_FREE = ("block_size", "density")  # the dense peer's time does not depend on them
 
@@ -124,7 +124,10 @@ def main(argv=None) -> int:
                 (case.c // case.block_size) * (case.k // case.block_size)))
             if impl == "xla_copy":  # moves the case's bytes, computes nothing
                 flops = 0
-            records.append({**case.__dict__, "suite": suite, "impl": impl, "us": us, "floor_us": floor,
+            path = {}
+            if impl == "jbs" and on_gpu:
+                path = {"path": path_of(case) if suite == "matmul" else "block kernels"}
+            records.append({**case.__dict__, "suite": suite, "impl": impl, **path, "us": us, "floor_us": floor,
                             "bytes": case.bytes() if impl in ("jbs", "xla_copy") else None, "flops": flops,
                             "tflops": flops / us * 1e-6})
         write()

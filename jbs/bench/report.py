@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-RESULT_FIELDS = {"impl", "us", "floor_us", "bytes", "flops", "tflops", "suite"}
+RESULT_FIELDS = {"impl", "path", "us", "floor_us", "bytes", "flops", "tflops", "suite"}
 
 
 def _case_key(record):
@@ -24,6 +24,10 @@ def _shape(r) -> str:
     return f"{r['n']} x {r['c']} -> {r['k']}"
 
 
+def _dense_mark(record: dict) -> str:
+    return "*" if record.get("path", "").startswith("dense") else ""
+
+
 def markdown(meta: dict, records: list[dict]) -> str:
     lines = [f"# jbs benchmark: {meta['device']}, {meta['date']}", "",
              f"Command: `{meta['command']}`; jax {meta['jax']}; GPU kernels: {meta['gpu_kernels']}. "
@@ -34,7 +38,9 @@ def markdown(meta: dict, records: list[dict]) -> str:
              "'x dense' and 'x torch' are speed-ups of jbs over them (>1: jbs faster); "
              "'% dense rate' is jbs's useful TFLOP/s over the dense op's TFLOP/s in this run. "
              "'copy us' is the floor's bytes through XLA's elementwise add (two arrays read, one "
-             "written), timed the same way: the floor plus what one plain kernel adds to it.", "",
+             "written), timed the same way: the floor plus what one plain kernel adds to it. "
+             "A 'jbs us' marked * ran XLA's dense dot on the densified weights, where jbs's rule "
+             "(jbs/_src/dense_fallback.py) finds it faster than the block kernels.", "",
              "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | copy us "
              "| jbs TFLOP/s | dense us | x dense | % dense rate | torch BSR us | x torch | BCSR us |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -50,7 +56,7 @@ def markdown(meta: dict, records: list[dict]) -> str:
             dense_tflops = dense["tflops"]
             dense_rate = f"{100 * ours['tflops'] / dense_tflops:.0f}%" if dense_tflops else "-"
         lines.append(f"| {ours.get('suite', 'matmul')} | {ours['op']} | {ours['dtype']} | {_shape(ours)} "
-                     f"| {ours['block_size']} | 1/{1 / ours['density']:.0f} | {ours['us']:.1f} "
+                     f"| {ours['block_size']} | 1/{1 / ours['density']:.0f} | {ours['us']:.1f}{_dense_mark(ours)} "
                      f"| {ours['floor_us']:.1f} | {ours['us'] / ours['floor_us']:.2f} | {cell('xla_copy')} "
                      f"| {ours['tflops']:.0f} "
                      f"| {cell('xla_dense')} | {ratio('xla_dense')} | {dense_rate} | {cell('torch_bsr')} "
