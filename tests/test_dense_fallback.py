@@ -50,6 +50,8 @@ def test_the_rule_never_takes_exact_fp32_huge_weights_or_a_switched_off_fallback
     assert not _takes(monkeypatch, groups=64, c=8192, k=2048)
     assert not _takes(monkeypatch, "0")
     assert _takes(monkeypatch, "1", block_size=64, rows=1, density=1 / 64)  # forced: any size
+    with pytest.raises(ValueError, match="JBS_DENSE_FALLBACK.*'off'"):
+        _takes(monkeypatch, "off")                                # not silently "on"
 
 
 @pytest.mark.parametrize("groups", [(1, 1), (3, 1), (1, 3), (3, 3)])
@@ -60,11 +62,11 @@ def test_dense_matmul_matches_float64_with_empty_rows_columns_and_stacked_groups
     x = random_array(rng, (ga, 11, bsmm.shape[0]), jnp.float32)
     dy = random_array(rng, (ga, 11, bsmm.shape[1]), jnp.float32)
     w = random_array(rng, (gw,) + bsmm.w_shape, jnp.float32)
+    y = dense_fallback.dense_matmul(x, w, *bsmm.tables, transpose=False, precision=precision_lib.HIGHEST)
+    dx = dense_fallback.dense_matmul(dy, w, *bsmm.tables, transpose=True, precision=precision_lib.HIGHEST)
+    assert y.shape == (max(groups), 11, bsmm.shape[1]) and dx.shape == (max(groups), 11, bsmm.shape[0])
     for g in range(max(groups)):
         W = dense_f64(bsmm, w[min(g, gw - 1)])
-        y = dense_fallback.dense_matmul(x, w, *bsmm.tables, transpose=False, precision=precision_lib.HIGHEST)
-        dx = dense_fallback.dense_matmul(dy, w, *bsmm.tables, transpose=True, precision=precision_lib.HIGHEST)
-        assert y.shape == (max(groups), 11, bsmm.shape[1]) and dx.shape == (max(groups), 11, bsmm.shape[0])
         assert rel_error(y[g], f64(x[min(g, ga - 1)]) @ W) < 2e-5
         assert rel_error(dx[g], f64(dy[min(g, ga - 1)]) @ W.T) < 2e-5
 
@@ -81,11 +83,25 @@ def test_densify_gathers_every_block_and_zeros_elsewhere(rng):
     np.testing.assert_array_equal(np.asarray(bsmm.from_dense(dense)), np.asarray(w))
 
 
-def _lower_train_step(rows):
-    bsmm = jbs.BlockSparseMatMul(np.ones((16, 8), bool), 8)  # density 1, bs 8: the dense dot wins
+def _lower_train_step(rows, precision=None):
+    bsmm = jbs.BlockSparseMatMul(np.ones((16, 8), bool), 8, precision=precision)  # density 1, bs 8
     step = jax.jit(jax.grad(lambda x, w: jnp.sum(bsmm(x, w) ** 2), argnums=(0, 1)))
     lowered = step.trace(jnp.ones((rows, 128), jnp.bfloat16), jnp.ones(bsmm.w_shape, jnp.bfloat16))
     return lowered.lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_the_cuda_lowering_counts_rows_and_weights_over_vmapped_groups(monkeypatch):
+    monkeypatch.setenv("JBS_DENSE_FALLBACK", "")
+    bsmm = jbs.BlockSparseMatMul(np.ones((16, 8), bool), 8)
+    x = jnp.ones((4, 32, 128), jnp.bfloat16)
+    w = jnp.ones(bsmm.w_shape, jnp.bfloat16)
+    lower = lambda f, *args: with_cuda_rules(
+        lambda: jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text())
+    # 4 x 32 rows through one shared weight: 128 rows per densify, the dense dot
+    assert "custom_call @jbs_bsmm_fwd" not in lower(jax.vmap(bsmm, in_axes=(0, None)), x, w)
+    # 32 rows through each of 4 stacked weights: the small-N kernels
+    ws = jnp.ones((4,) + bsmm.w_shape, jnp.bfloat16)
+    assert "custom_call @jbs_bsmm_fwd" in lower(jax.vmap(bsmm, in_axes=(None, 0)), x[0], ws)
 
 
 def test_the_cuda_lowering_takes_the_dense_dot_for_fwd_and_dx_only(monkeypatch):
@@ -99,6 +115,30 @@ def test_the_cuda_lowering_takes_the_dense_dot_for_fwd_and_dx_only(monkeypatch):
     monkeypatch.setenv("JBS_DENSE_FALLBACK", "0")
     off = with_cuda_rules(lambda: _lower_train_step(1024))
     assert "custom_call @jbs_bsmm_fwd" in off and "custom_call @jbs_bsmm_dx" in off
+
+
+def test_16_bit_dense_dots_ignore_precision_as_the_kernels_do(monkeypatch):
+    monkeypatch.setenv("JBS_DENSE_FALLBACK", "")
+    text = with_cuda_rules(lambda: _lower_train_step(1024, precision="highest"))
+    assert "custom_call @jbs_bsmm_fwd" not in text and "HIGHEST" not in text
+
+
+def test_the_benchmark_records_which_path_ran(monkeypatch):
+    from jbs.bench import report
+    from jbs.bench.cases import Case
+    from jbs.bench.runners import path_of
+    monkeypatch.setenv("JBS_DENSE_FALLBACK", "")
+    case = lambda op, bs=8: Case(op, "bfloat16", 1024, 4096, 4096, bs, 0.5)
+    assert path_of(case("forward")) == path_of(case("dx")) == "dense dot"
+    assert path_of(case("step")) == "dense dot (fwd, dx)"
+    assert path_of(case("dw")) == path_of(case("forward", 32)) == "block kernels"
+    meta = dict(device="d", date="t", command="c", jax="j", gpu_kernels=True, copy_bytes_per_s=1e12,
+                dense_flops_per_s={"bfloat16": 1e15})
+    records = [dict(case("forward").__dict__, impl="jbs", path="dense dot", us=10.0, floor_us=5.0,
+                    flops=1, tflops=1.0),
+               dict(case("forward").__dict__, impl="xla_dense", us=12.0, floor_us=5.0, flops=2, tflops=2.0)]
+    row = report.markdown(meta, records).splitlines()[-1]
+    assert "| 10.0* |" in row and "| 12.0 | 1.20 |" in row   # marked, and still beside its peer
 
 
 # --------------------------------------------------------------------------- on the GPU
@@ -134,6 +174,8 @@ def test_fallback_under_vmap_over_stacked_weights_on_the_gpu(rng, monkeypatch):
     bsmm = jbs.BlockSparseMatMul(awkward_layout(rng, 12, 10, density=0.5), 16)
     x = random_array(rng, (600, bsmm.shape[0]), jnp.bfloat16)
     ws = random_array(rng, (3,) + bsmm.w_shape, jnp.bfloat16)
-    ys = jax.jit(jax.vmap(bsmm, in_axes=(None, 0)))(x, ws)
+    stacked = jax.jit(jax.vmap(bsmm, in_axes=(None, 0)))
+    assert "jbs_bsmm_fwd" not in stacked.lower(x, ws).compile().as_text()
+    ys = stacked(x, ws)
     for b in range(3):
         assert rel_error(ys[b], f64(x) @ dense_f64(bsmm, ws[b])) < tolerance(jnp.bfloat16)

@@ -13,8 +13,10 @@ the nonzero blocks only.
 One thing differs from the block kernels: a NaN or Inf in x reaches every output of its row
 through the zero blocks, as in any dense matmul (the block kernels never read a zero block).
 ``JBS_DENSE_FALLBACK=0`` keeps the block kernels everywhere; ``=1`` takes the dense dot
-wherever it may (16-bit or default-precision fp32, one device, a densified weight under
-``MAX_DENSE_BYTES``), whatever the measured rule says.
+wherever it may (16-bit or default-precision fp32, one device, densified weights under
+``MAX_DENSE_BYTES``), whatever the measured rule says. The variable is read when an op is
+lowered, i.e. when a jitted function is first traced for its shapes (an eager call is one
+too): set it before, since compiled functions keep the path they were lowered with.
 """
 
 from __future__ import annotations
@@ -47,19 +49,32 @@ _DENSITY_SLACK = 0.02
 
 def takes_dense_dot(*, rows: int, c: int, k: int, nnz: int, block_size: int, itemsize: int,
                     groups: int, precision: int) -> bool:
-    """Whether the forward / input gradient of this call runs XLA's dense dot (see above)."""
+    """Whether the forward / input gradient of this call runs XLA's dense dot (see above):
+    ``groups`` weights densified, each multiplying ``rows`` rows."""
     setting = os.environ.get("JBS_DENSE_FALLBACK", "")
-    if setting[:1] == "0" or c == 0 or k == 0:
+    if setting not in ("", "0", "1"):
+        raise ValueError(f"JBS_DENSE_FALLBACK must be unset, '0' (block kernels) or '1' (the dense dot "
+                         f"wherever it may run); got {setting!r}")
+    if setting == "0" or c == 0 or k == 0:
         return False
     if itemsize == 4 and precision != precision_lib.DEFAULT:
         return False  # exact fp32 (3xTF32 in the kernels) has no fast dense counterpart
     if groups * c * k * itemsize > MAX_DENSE_BYTES:
         return False
-    if setting:
+    if setting == "1":
         return True
     density = nnz * block_size * block_size / (c * k)
     return any(rows >= min_rows and density >= min_density * (1 - _DENSITY_SLACK)
                for min_rows, min_density in RULES.get((block_size, itemsize), ()))
+
+
+def block_index(rows, cols, row_blocks: int, col_blocks: int):
+    """The index map of ``densify`` from the blocks' coordinates (int32 arrays of nnz), built
+    on the device: nnz scattered int32s, where a host-built map would put row_blocks *
+    col_blocks of them into the program as a constant."""
+    nnz = rows.shape[0]
+    return jnp.full((row_blocks * col_blocks,), nnz, jnp.int32).at[rows * col_blocks + cols].set(
+        jnp.arange(nnz, dtype=jnp.int32), unique_indices=True)
 
 
 def densify(w, index, row_blocks: int, col_blocks: int):
@@ -79,14 +94,11 @@ def dense_matmul(a, w, *tables, transpose: bool, precision: int):
     w (G or 1, nnz, bs, bs), then every lookup table."""
     t = Tables(*tables)
     row_blocks, col_blocks = t.dx_offsets.shape[0] - 1, t.fwd_offsets.shape[0] - 1
-    nnz = t.dw_items.shape[0]
-    # The block grid's index map, built on the device from the (constant) block coordinates:
-    # nnz scattered int32s, negligible next to the gather.
-    positions = t.dw_items[:, 0] * col_blocks + t.dw_items[:, 1]
-    index = jnp.full((row_blocks * col_blocks,), nnz, jnp.int32).at[positions].set(
-        jnp.arange(nnz, dtype=jnp.int32), unique_indices=True)
+    index = block_index(t.dw_items[:, 0], t.dw_items[:, 1], row_blocks, col_blocks)
     dense = densify(w, index, row_blocks, col_blocks)
     # (cuBLAS accumulates 16-bit products in float32, as the kernels do, and writes a's dtype;
-    # matmul broadcasts a group axis of 1 without copying.)
+    # matmul broadcasts a group axis of 1 without copying. Precision only matters for fp32:
+    # the kernels ignore it at 16 bits, and so does this.)
+    level = precision if a.dtype.itemsize == 4 else precision_lib.DEFAULT
     return jnp.matmul(a, jnp.swapaxes(dense, -1, -2) if transpose else dense,
-                      precision=precision_lib.to_lax(precision))
+                      precision=precision_lib.to_lax(level))

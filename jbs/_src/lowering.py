@@ -445,9 +445,11 @@ def _dense_dot_wins(ctx, precision) -> bool:
     a, w = ctx.avals_in[0], ctx.avals_in[1]
     (y,) = ctx.avals_out
     tables = Tables(*ctx.avals_in[2:])
+    # One densified weight per group of w; one shared by all groups of a serves all their rows.
+    rows = a.shape[1] * (a.shape[0] if w.shape[0] == 1 else 1)
     return dense_fallback.takes_dense_dot(
-        rows=a.shape[1], c=a.shape[2], k=y.shape[2], nnz=tables.dw_items.shape[0], block_size=w.shape[-1],
-        itemsize=a.dtype.itemsize, groups=y.shape[0], precision=precision)
+        rows=rows, c=a.shape[2], k=y.shape[2], nnz=tables.dw_items.shape[0], block_size=w.shape[-1],
+        itemsize=a.dtype.itemsize, groups=w.shape[0], precision=precision)
 
 
 def _cuda_rule(prim):
