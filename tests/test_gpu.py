@@ -270,6 +270,26 @@ def test_small_n_split_kernels(rng, monkeypatch, path, bs, dtype, n):
             assert rel_error(dx, dx_ref) < tolerance(dtype, precision)
 
 
+@pytest.mark.parametrize("dtype,bs,n", [(jnp.float32, 32, 64), (jnp.float32, 32, 16), (jnp.bfloat16, 32, 64),
+                                        (jnp.bfloat16, 16, 64), (jnp.float32, 64, 40)])
+def test_warp_specialized_small_n_kernel_over_long_item_lists(rng, monkeypatch, dtype, bs, n):
+    """The warp-specialized small-N kernel (bsmm_stream_ws_kernel.cuh; the default for fp32 at
+    bs 32 and density 1/2) over 4096 x 4096 weights: each CTA walks hundreds of union items,
+    enough for a producer warp to run rounds ahead of another. Its rings hold 6 stages (fp32,
+    64 rows), 9 (16 rows) or 13 (bf16): each stage must keep one producer warp, or a stage is
+    refilled while still in use (it crashed with an mbarrier over-arrival at fp32, 64 rows)."""
+    from test_conv_gpu import kernel_names
+    monkeypatch.setenv("JBS_STREAM_WS", "1")
+    bsmm = jbs.BlockSparseMatMul(jbs.layouts.random(4096 // bs, 4096 // bs, density=0.5, seed=4), bs)
+    x = random_array(rng, (n, 4096), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    assert any("bsmm_stream_ws_kernel" in name for name in kernel_names(fwd, x, w))
+    y = fwd(x, w)
+    assert rel_error(y, f64(x) @ dense_f64(bsmm, w)) < tolerance(dtype)
+    np.testing.assert_array_equal(np.asarray(fwd(x, w)), np.asarray(y))
+
+
 @pytest.mark.parametrize("dtype,bs,columns", [(jnp.bfloat16, 32, 32), (jnp.float16, 16, 128),
                                               (jnp.bfloat16, 8, 128)])
 def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, monkeypatch, dtype, bs,

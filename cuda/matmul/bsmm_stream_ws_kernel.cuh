@@ -83,7 +83,15 @@ struct StreamWsConfig {
   static constexpr int kWElems = TRANS ? 128 * kLdW : BS * kLdW;
   static constexpr int kStageElems = TN * kLdX + kWElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
-  static constexpr int kStages = cclamp(kStreamWsRingBytes / kStageBytes, 2, 48);
+  // Each stage is filled by one producer warp only (kernel: a warp that shared a stage could
+  // run two rounds ahead of it, where the empty barrier's parity cannot tell rounds r and
+  // r + 2 apart, and overwrite a stage still in use: fp32 at 64 rows, 6 stages, failed with
+  // an mbarrier over-arrival at 4096+ output channels; benchmarks/NOTES.md, session 39). So
+  // the ring is a multiple of the producers, or, where fewer stages fit, one per producer
+  // and the other producers idle.
+  static constexpr int kFit = cclamp(kStreamWsRingBytes / kStageBytes, 2, 48);
+  static constexpr int kStages = kFit >= kStreamWsProducers ? kFit / kStreamWsProducers * kStreamWsProducers : kFit;
+  static constexpr int kActiveProducers = kStages < kStreamWsProducers ? kStages : kStreamWsProducers;
   // After the ring: full and empty barriers, a mask per stage, then the group offsets.
   static constexpr int kBarOffset = kStages * kStageBytes;
   static constexpr int kMaskOffset = kBarOffset + 2 * kStages * 8;
@@ -136,12 +144,15 @@ __global__ void __launch_bounds__(StreamWsConfig<T, BS, TRANS, TN>::kThreads, 1)
 
   if (warp < kStreamWsProducers) {
     // ------------------------------------------------------------ producers
-    // Producer warp pw fills the stages of entries t = pw, pw + NP, ... (a stage is
+    // Producer warp pw fills the stages of entries t = pw, pw + NP, ..., i.e. stages
+    // t % S = pw, pw + NP, ...: its own (NP divides S), each in round order (a stage is
     // filled by one warp: its 32 lanes' cp.async arrivals + lane 0's mask). Several
     // producer warps, because one warp alone kept only about one entry in flight
     // (measured: ~1 us per entry at every size; benchmarks/NOTES.md, session 10).
-    constexpr int NP = kStreamWsProducers;
+    constexpr int NP = Cfg::kActiveProducers;
+    static_assert(S % NP == 0, "each stage has one producer warp");
     const int pw = warp;
+    if (pw >= NP) return;  // fewer stages than producer warps
     const T* const in = static_cast<const T*>(p.in) + g * p.in_group_stride;
     const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
     const int valid_rows = static_cast<int>(p.rows);  // 1..TN
