@@ -419,7 +419,7 @@ def test_wgmma_groups_over_weight_groups(rng, monkeypatch, stacked, bs, dtype):
 
 @pytest.mark.parametrize("bs,dtype", [(32, jnp.bfloat16), (64, jnp.bfloat16), (32, jnp.float16),
                                       (64, jnp.float16), (32, jnp.float32), (64, jnp.float32)])
-@pytest.mark.parametrize("n", [580, 1024])
+@pytest.mark.parametrize("n", [200, 580, 1024])
 def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
     """The TMA-fed column-group kernel (bsmm_group_tma_kernel.cuh), forced by JBS_GROUP_TMA=1:
     fwd and dx against float64 and bitwise repeatable (fp32 as tf32, its fwd through the
@@ -427,7 +427,9 @@ def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
     quarters), on a power-law layout with empty block
     rows and columns, 40 block rows (more union items per group than the ring has slots, so
     every slot is refilled) and 13 block columns (a partial last group); 580 rows: three row
-    tiles, the last one partial (its rows past the end load as zeros and are not stored). Its
+    tiles, the last one partial (its rows past the end load as zeros and are not stored); 200
+    rows (mid N): one partial row tile, each group's items cut into 8 slices (some empty), whose
+    partials a second kernel sums. Its
     groups (the wide ones at bs 64 and fp32 bs 32, the paired ones at 16-bit bs 32) hold columns
     out of order (chosen to share inputs), so their outputs go to the columns the map names."""
     from jbs._src.tables import tables_for
@@ -445,7 +447,9 @@ def test_tma_group_kernel(rng, monkeypatch, bs, dtype, n):
     fwd = jax.jit(lambda x, w: bsmm(x, w))
     dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
     for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
-        assert any("bsmm_group_tma_kernel" in name for name in kernel_names(fn, *args)), "the TMA kernel did not run"
+        names = kernel_names(fn, *args)
+        assert any("bsmm_group_tma_kernel" in name for name in names), "the TMA kernel did not run"
+        assert any("sum_splits" in name for name in names) == (n < 512), names
     y, dx_ = fwd(x, w), dx(x, w, g)
     W = dense_f64(bsmm, w)
     assert rel_error(y, f64(x) @ W) < tolerance(dtype)
@@ -484,6 +488,34 @@ def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype
     for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
         names = kernel_names(fn, *args)
         assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
+
+
+@pytest.mark.parametrize("bs,dtype,density,rows,expected", [
+    (32, jnp.bfloat16, 0.5, 200, True), (64, jnp.float16, 0.5, 100, True), (32, jnp.bfloat16, 0.125, 100, False),
+    (32, jnp.bfloat16, 0.125, 400, True), (32, jnp.float32, 0.5, 200, True), (64, jnp.float32, 0.5, 200, True)])
+def test_tma_group_kernel_takes_mid_n_by_reuse(rng, monkeypatch, bs, dtype, density, rows, expected):
+    """Without switches, mid-N fwd and dx (65-511 rows) take the TMA kernel where the layout's
+    reuse (blocks per union item) times the rows reaches its threshold, or from 384 rows
+    (cuda/matmul/bsmm_launch.cuh: group_tma_takes_mid_n), its groups' items cut into slices
+    whose partials a second kernel sums; a sparse layout at 100 rows keeps the one-column
+    kernel. Against float64, and bitwise repeatable."""
+    from test_conv_gpu import kernel_names
+    for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_MID_SLICES"):
+        monkeypatch.delenv(name, raising=False)
+    bsmm = jbs.BlockSparseMatMul(jbs.layouts.random(512 // bs, 512 // bs, density=density, seed=3), bs)
+    x = random_array(rng, (rows, 512), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (rows, 512), dtype)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
+    for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
+        names = kernel_names(fn, *args)
+        assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
+        assert any("sum_splits" in name for name in names) == expected, names
+    W = dense_f64(bsmm, w)
+    assert rel_error(fwd(x, w), f64(x) @ W) < tolerance(dtype)
+    assert rel_error(dx(x, w, g), f64(g) @ W.T) < tolerance(dtype)
+    np.testing.assert_array_equal(np.asarray(fwd(x, w)), np.asarray(fwd(x, w)))
 
 
 def test_handler_checks_the_wide_groups(rng, monkeypatch):

@@ -241,6 +241,7 @@ def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, se
     at the default precision, unless JBS_PACK=0; none for fp32 at HIGHEST (3xTF32 stays on the
     mma.sync kernels) or small N."""
     monkeypatch.setenv("JBS_PACK", setting)
+    monkeypatch.setenv("JBS_GROUP_TMA", "0")  # at bs 32 and 64 it takes every call from 65 rows
     room = 512 * 2 * block_size * 2 // 4
     assert (_fwd_scratch_floats(block_size, 300) >= room) == packed
     assert (_fwd_scratch_floats(block_size, 300, jnp.float32) >= 2 * room) == packed
@@ -283,6 +284,29 @@ def test_large_n_fp32_forward_scratch_holds_the_transposed_weights(monkeypatch, 
     assert (floats >= packed) == (not copy and precision is None)
 
 
+@pytest.mark.parametrize("block_size,dtype,rows,setting,slices", [
+    (32, jnp.bfloat16, 300, "", 8), (64, jnp.bfloat16, 100, "", 8), (32, jnp.float32, 300, "", 8),
+    (32, jnp.bfloat16, 300, "0", 0), (32, jnp.bfloat16, 600, "", 0), (16, jnp.bfloat16, 300, "", 0),
+    (32, jnp.bfloat16, 64, "", 0)])
+def test_mid_n_scratch_holds_the_tma_kernel_slices(monkeypatch, block_size, dtype, rows, setting, slices):
+    """Mid N (64 < rows < 512): the TMA kernel cuts each group's items into slices that fill
+    the SMs (one group here, of 2 x 3 blocks: 132 // row tiles, at most 8), whose fp32 partials
+    (slices, rows, 3 * bs) the scratch result holds, after the fp32 forward's transposed
+    weights (4 blocks) on a 256-byte boundary; none with JBS_MID_SLICES=0, from 512 rows, at
+    bs 16 (no TMA kernel) or at small N (cuda/matmul/bsmm_launch.cuh: group_tma_slices)."""
+    for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JBS_MID_SLICES", setting)
+    floats = _fwd_scratch_floats(block_size, rows, dtype)
+    partials = slices * rows * 3 * block_size
+    if not slices:
+        assert floats < 2 * rows * 3 * block_size
+    elif dtype == jnp.float32:
+        assert floats == -(-4 * block_size * block_size // 64) * 64 + partials
+    else:
+        assert floats == partials
+
+
 @pytest.mark.parametrize("block_size,dtype,setting,tiled", [
     (8, jnp.bfloat16, "", True), (8, jnp.bfloat16, "0", False), (16, jnp.bfloat16, "", False),
     (8, jnp.float32, "", False), (32, jnp.float32, "1", True), (16, jnp.bfloat16, "1", True)])
@@ -295,6 +319,7 @@ def test_small_n_scratch_holds_the_tile_major_activation(monkeypatch, block_size
     room = 40 * 2 * block_size * jnp.dtype(dtype).itemsize // 4
     assert (_fwd_scratch_floats(block_size, 40, dtype) >= room) == tiled
     monkeypatch.setenv("JBS_PACK", "0")
+    monkeypatch.setenv("JBS_MID_SLICES", "0")
     assert _fwd_scratch_floats(block_size, 300, dtype) < 300 * 2 * block_size * jnp.dtype(dtype).itemsize // 4
 
 

@@ -12,7 +12,7 @@
 // many rows (a convolution over a whole image batch) one CTA per block leaves
 // most SMs idle, so the rows are cut into row_splits contiguous ranges of
 // whole chunks. Each CTA writes its fp32 partial tile to `partials`, and
-// bsmm_dw_sum_splits_kernel adds them in a fixed order: still deterministic.
+// sum_splits_kernel (matmul/sum_splits.cuh) adds them in a fixed order: still deterministic.
 //
 // GATHER: a convolution's weight gradient. x is an image batch read as its
 // im2col matrix (conv/gathered_tile.cuh), whose column block c-block is
@@ -27,6 +27,7 @@
 #include "conv/gathered_tile.cuh"
 #include "conv/row_gather.h"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
+#include "matmul/sum_splits.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
 
@@ -166,50 +167,6 @@ __global__ void __launch_bounds__(128) bsmm_dw_kernel(const DwParams p) {
   } else {
     store_tile<T, BS, BS, Cfg::kThreads, Cfg::kWarpsK>(cs, Cfg::kLdC, Cfg::kPartStride, out, BS, BS,
                                                        tid);
-  }
-}
-
-// dw[g, e] = the sum over splits s of partials[g, s, e], e over nnz * BS * BS. `ways`
-// threads share an element: way w sums the splits w, w + ways, ... in that order, then
-// way 0 adds the ways' sums in order. A fixed order for a given row_splits, so the result
-// is bitwise deterministic; with ways 1 a thread sums its element's splits in turn.
-// The launch shares elements only among many splits: with the panel dw kernel's 44-132,
-// one thread per element waited on its loads one after another (4-6 us, H100); with the
-// conv dw kernels' few, sharing only added threads and barriers (their dw 1.03-1.11x
-// slower; benchmarks/NOTES.md, session 20).
-constexpr int kSumSplitsThreads = 256;
-
-inline int sum_splits_ways(int row_splits) { return row_splits > 16 ? 8 : 1; }
-
-template <typename T>
-__global__ void __launch_bounds__(kSumSplitsThreads) bsmm_dw_sum_splits_kernel(const float* partials, T* dw,
-                                                                               int64_t groups, int64_t block_elems,
-                                                                               int row_splits, int ways) {
-  __shared__ float way_sums[kSumSplitsThreads];
-  const int per_cta = kSumSplitsThreads / ways;  // elements of a CTA
-  const int local = threadIdx.x % per_cta, way = threadIdx.x / per_cta;
-  const int64_t pieces = (block_elems + per_cta - 1) / per_cta;
-  for (int64_t piece = blockIdx.x; piece < groups * pieces; piece += gridDim.x) {
-    const int64_t g = piece / pieces;
-    const int64_t e = (piece - g * pieces) * per_cta + local;
-    float sum = 0.f;
-    if (e < block_elems) {
-      const float* src = partials + g * row_splits * block_elems + e;
-#pragma unroll 4
-      for (int s = way; s < row_splits; s += ways) sum += src[s * block_elems];
-    }
-    if (ways == 1) {
-      if (e < block_elems) dw[g * block_elems + e] = from_float<T>(sum);
-      continue;
-    }
-    way_sums[threadIdx.x] = sum;
-    __syncthreads();
-    if (way == 0 && e < block_elems) {
-      float total = 0.f;
-      for (int w = 0; w < ways; ++w) total += way_sums[w * per_cta + local];
-      dw[g * block_elems + e] = from_float<T>(total);
-    }
-    __syncthreads();
   }
 }
 

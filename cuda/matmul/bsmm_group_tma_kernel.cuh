@@ -36,6 +36,10 @@
 //    floats is 128 bytes, the widest swizzle, so the kernel runs at bs 32, and bs 64
 //    blocks reach it as their quarters (SPLIT, below).
 //
+// Mid N (64 < N < 512), a tile per group leaves most SMs idle (43-64 groups of 8192 columns
+// at bs 32-64): there each group's items are cut into `slices` (blockIdx.z), whose fp32
+// partials a second kernel adds in order (GroupTmaParams::slices).
+//
 // Warp specialized (common/warp_roles.cuh): four loader threads (kLoaders, lane 0 of each
 // loader warp, every fourth item) fill a ring of slots, each as soon as both consumer
 // warpgroups have released it; the consumers (128 rows each, two m64 halves) keep one
@@ -79,6 +83,12 @@ struct GroupTmaParams : FwdDxOperands {
                                  // inputs); null: q * P + c (columns in order)
   int num_groups;
   int row_tiles;
+  // Item slices (blockIdx.z): 1, or more where a group's row tiles alone leave SMs idle
+  // (mid N). Slice s walks the s-th of `slices` equal shares of its group's items and writes
+  // an fp32 partial, (G, slices, rows, out_cols) at `partials`, which sum_splits_kernel then
+  // adds in slice order (bitwise deterministic).
+  int slices;
+  float* partials;
   int in_group_step;  // 1, or 0 where `in` is shared by the weight groups
   int w_group_step;   // the same for the weights
 };
@@ -202,7 +212,10 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   const int group = in_band / band_rows;
   const int row_tile = band * Cfg::kBand + in_band % band_rows;
   const int g = static_cast<int>(blockIdx.y);
-  const int beg = __ldg(p.group_offsets + group), end = __ldg(p.group_offsets + group + 1);
+  const int slice = static_cast<int>(blockIdx.z);
+  const int group_beg = __ldg(p.group_offsets + group), group_len = __ldg(p.group_offsets + group + 1) - group_beg;
+  const int beg = group_beg + static_cast<int>(int64_t{group_len} * slice / p.slices);
+  const int end = group_beg + static_cast<int>(int64_t{group_len} * (slice + 1) / p.slices);
   const int first = SPLIT ? 2 * beg : beg, last = SPLIT ? 2 * end : end;  // the ring's items
   auto table_row = [&](int i) {  // the group-table row of ring item i
     return p.group_items + static_cast<int64_t>(SPLIT ? i >> 1 : i) * (1 + kTableCols);
@@ -393,12 +406,18 @@ __global__ void __launch_bounds__(GroupTmaConfig<T, BS>::kThreads, 1)
   constexpr int kTableBS = SPLIT ? 2 * BS : BS;
   const int table_cols = static_cast<int>(p.out_cols / kTableBS);
   T* const out = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols;
+  float* const partial =
+      p.slices > 1 ? p.partials + ((int64_t{g} * p.slices + slice) * p.rows + n0) * p.out_cols : nullptr;
   for (int c = 0; c < kP && rows > 0; ++c) {
     const int position = group * kTableCols + (SPLIT ? c >> 1 : c);
     const int column = p.group_columns != nullptr ? __ldg(p.group_columns + position) : position;
     if (column < 0 || column >= table_cols) continue;  // uniform: no output column there
     const int64_t channel = static_cast<int64_t>(column) * kTableBS + (SPLIT ? (c & 1) * BS : 0);
-    store_tile<T, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0, out + channel, p.out_cols, rows, tid & 127);
+    if (partial != nullptr) {
+      store_tile<float, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0, partial + channel, p.out_cols, rows, tid & 127);
+    } else {
+      store_tile<T, 128, BS, 128, 1>(cs + c * BS, Cfg::kLdC, 0, out + channel, p.out_cols, rows, tid & 127);
+    }
   }
 }
 

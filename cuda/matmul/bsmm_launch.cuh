@@ -4,6 +4,7 @@
 // for one T each so the kernels of the three dtypes compile in parallel.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
@@ -31,6 +32,7 @@
 #include "matmul/bsmm_stream_ws_kernel.cuh"
 #include "matmul/bsmm_stream_kernel.cuh"
 #include "matmul/packed_rows.cuh"
+#include "matmul/sum_splits.cuh"
 #include "matmul/tile_major.cuh"
 #include "matmul/transpose_blocks.cuh"
 
@@ -329,7 +331,8 @@ inline bool encode_row_tile_map(CUtensorMap* map, const void* base, int64_t cols
 // from kWgmmaMinRows rows: where its reuse (blocks per union item of its own groups, the
 // wide ones at 16-bit bs 64 and fp32 bs 32 and 64) reaches that threshold, and below it where its
 // grid still gives every SM a CTA (a narrow output over few row tiles has more CTAs on the
-// one-column kernel's 128-row tiles; not measured). JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
+// one-column kernel's 128-row tiles; not measured). At mid N (65-511 rows) it takes the calls
+// group_tma_takes_mid_n picks, with its items in slices. JBS_GROUP_TMA=0 turns it off; =1 takes it wherever
 // it can run, ahead of every other group kernel (JBS_GROUPS=0 included), though the panel
 // kernel, asked first, keeps its calls unless JBS_PANEL=0. JBS_GROUPS and JBS_WGMMA, which
 // force the older group kernels, turn it off unless JBS_GROUP_TMA=1.
@@ -375,6 +378,51 @@ bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
                              &p->w_group_step);
 }
 
+// Mid N (kStreamMaxRowsHost < rows < kWgmmaMinRows): the TMA kernel's CTAs (one per group
+// and row tile of 256) are fewer than the SMs, so it cuts each group's items into slices
+// (GroupTmaParams::slices) as many as fill the SMs with one CTA each, at most
+// kGroupTmaMaxSlices, and as many as the scratch result holds partials for after the fp32
+// forward's transposed weights (jbs/_src/lowering.py reserves them by the same count:
+// _group_tma_slices). 1 where it does not slice. JBS_MID_SLICES=0 turns slicing off.
+inline constexpr int kGroupTmaMaxSlices = 8;
+
+// Whether the TMA kernel takes a mid-N call by default, against the one-column kernel,
+// whose time grows with the rows while the sliced kernel's stays flat up to 256 (one row
+// tile): from kGroupTmaMidRows rows, or where rows x reuse (blocks per item of the
+// kernel's own groups) reaches the kernel's threshold. Measured on an H200, 8192 x 8192
+// weights, densities 1/2 / 1/4 / 1/8, 96 to 384 rows (benchmarks/NOTES.md, session 39):
+// 16-bit bs 32 (paired groups, reuse 2.24 / 1.62 / 1.38) from ~190 (1/2 at 96 rows: 80
+// against 213 us; 1/4 at 96, 155: 1.02x slower; at 128, 207: 1.07x faster); 16-bit bs 64
+// (wide groups, 1.83 / 1.46 / 1.33) at every row count (1/8 at 96 rows even, 1.1-1.2x
+// faster from 128; not measured below reuse 1.33); fp32 bs 32 (wide, 3.12 / 2.00 / 1.57)
+// from ~280 (1/4 at 128 rows, 256: 1.1x slower; 1/2 at 96, 300: 1.9x faster); fp32 bs 64
+// (reuse counted in 32 x 32 sub-blocks: 3.66 / 2.92 / 2.66) from ~480 (1/2 at 128 rows,
+// 469: 1.08x slower; at 192, 703: 1.13x faster). From 384 rows (two row tiles) it won
+// everywhere measured, 1.02-2.2x.
+inline constexpr int64_t kGroupTmaMidRows = 384;
+
+inline bool group_tma_takes_mid_n(int64_t rows, double reuse, int elem_bytes, int bs) {
+  if (rows >= kGroupTmaMidRows) return true;
+  if (elem_bytes == 2) return bs == 64 ? reuse >= 1.25 : rows * reuse >= 190;
+  return rows * reuse >= (bs == 64 ? 480 : 280);
+}
+
+inline int64_t group_tma_partials_offset(const BsmmBlocksArgs& a, bool needs_copy) {
+  return needs_copy ? (transposed_weight_bytes(a) + 255) / 256 * 256 : 0;
+}
+
+inline int group_tma_slices(const BsmmBlocksArgs& a, int64_t ctas, bool needs_copy) {
+  if (a.rows >= kWgmmaMinRows || env_switch("JBS_MID_SLICES") == 0 || a.scratch == nullptr || ctas <= 0 ||
+      a.out_group_stride != a.rows * a.out_cols) {
+    return 1;
+  }
+  const int64_t slice_bytes = a.groups * a.rows * a.out_cols * int64_t{4};
+  const int64_t room = (a.scratch_bytes - group_tma_partials_offset(a, needs_copy)) / slice_bytes;
+  const int64_t fill = a.num_sms / ctas;
+  const int64_t slices = std::min<int64_t>({kGroupTmaMaxSlices, fill, room});
+  return slices >= 2 ? static_cast<int>(slices) : 1;
+}
+
 // Whether the kernel runs; if so, *p holds its parameters (the tensor maps are encoded
 // once per launch, through the driver).
 template <typename T, int BS>
@@ -404,14 +452,23 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
     }
     const int row_tiles =
         static_cast<int>((a.rows + GroupTmaConfig<T, KBS>::kTN - 1) / GroupTmaConfig<T, KBS>::kTN);
+    const int64_t ctas = num_groups * row_tiles * a.groups;
+    const int slices = group_tma_slices(a, ctas, needs_copy);
     if (env < 0) {
-      if (a.rows < kWgmmaMinRows || groups_env() >= 0 || wgmma_env() >= 0) return false;
+      if (groups_env() >= 0 || wgmma_env() >= 0) return false;
       // Blocks per item of the kernel's own walk: split, an item is half a block row and
       // carries two sub-blocks of each of its blocks.
       const double reuse = static_cast<double>(a.nnz) * kSubBlocks / static_cast<double>(num_items * (BS / KBS));
-      const bool fills_sms = num_groups * row_tiles * a.groups >= a.num_sms;
-      if (!fills_sms && reuse < min_wgmma_reuse(KBS, false, !kIs16Bit<T>)) return false;
+      if (a.rows < kWgmmaMinRows) {
+        if (!group_tma_takes_mid_n(a.rows, reuse, sizeof(T), BS)) return false;
+      } else if (ctas < a.num_sms && reuse < min_wgmma_reuse(KBS, false, !kIs16Bit<T>)) {
+        return false;
+      }
     }
+    p->slices = slices;
+    p->partials = slices > 1 ? reinterpret_cast<float*>(static_cast<unsigned char*>(a.scratch) +
+                                                         group_tma_partials_offset(a, needs_copy))
+                             : nullptr;
     static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
                                                     a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
     p->group_offsets = group_offsets;
@@ -436,16 +493,18 @@ cudaError_t launch_group_tma_variant(const BsmmBlocksArgs& a, const GroupTmaPara
       if (err != cudaSuccess) return err;
     }
     // The handlers guarantee num_groups * row tiles < 2^31 and groups <= 65535.
-    const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups));
+    const dim3 grid(static_cast<unsigned>(int64_t{p.num_groups} * p.row_tiles), static_cast<unsigned>(a.groups),
+                    static_cast<unsigned>(p.slices));
     const auto kernel = bsmm_group_tma_kernel<T, kGroupTmaBs<T, BS>, TRANS, kGroupTmaSplit<T, BS>>;
+    cudaError_t err = cudaErrorInvalidClusterSize;
     if (grid.x % Cfg::kCluster == 0) {
-      const cudaError_t err =
-          launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p, Cfg::kCluster);
+      err = launch_kernel_in_clusters(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p, Cfg::kCluster);
       // A device that cannot place the pairs (an SM partition) runs the kernel without clusters.
-      if (err != cudaErrorInvalidClusterSize) return err;
-      (void)cudaGetLastError();
+      if (err == cudaErrorInvalidClusterSize) (void)cudaGetLastError();
     }
-    return launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+    if (err == cudaErrorInvalidClusterSize) err = launch_kernel(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+    if (err != cudaSuccess || p.slices == 1) return err;
+    return launch_sum_splits<T>(p.partials, static_cast<T*>(a.out), a.groups, a.rows * a.out_cols, p.slices, stream);
   } else {
     return cudaErrorNotSupported;  // unreachable: use_group_tma() is false for these
   }
@@ -1251,14 +1310,7 @@ inline void fill_dw_params(DwParams& p, const BsmmDwArgs& a) {
 // After a dw kernel that wrote row-split partials: dw = their sum in split order.
 template <typename T, int BS>
 cudaError_t sum_dw_splits(const BsmmDwArgs& a, const DwParams& p, cudaStream_t stream) {
-  const int64_t block_elems = a.nnz * BS * BS;
-  const int ways = sum_splits_ways(p.row_splits);
-  const int64_t per_cta = kSumSplitsThreads / ways;
-  const int64_t pieces = a.groups * ((block_elems + per_cta - 1) / per_cta);
-  bsmm_dw_sum_splits_kernel<T><<<static_cast<unsigned>(pieces < 65535 ? pieces : 65535), kSumSplitsThreads, 0,
-                                 stream>>>(p.partials, static_cast<T*>(a.dw), a.groups, block_elems, p.row_splits,
-                                           ways);
-  return cudaGetLastError();
+  return launch_sum_splits<T>(p.partials, static_cast<T*>(a.dw), a.groups, a.nnz * BS * BS, p.row_splits, stream);
 }
 
 template <typename T, int BS, bool PRECISE, bool GATHER = false>

@@ -24,7 +24,7 @@
 // of consecutive units, each set re-reading the panels (from L2, its CTAs being
 // neighbours in the grid). The rows are cut into row_splits ranges: CTA (split, set)
 // walks its range's tiles and writes its units' nonzero blocks to `partials` (fp32, then
-// summed in a fixed order by bsmm_dw_sum_splits_kernel), or to dw where row_splits is 1.
+// summed in a fixed order by sum_splits_kernel), or to dw where row_splits is 1.
 // Every sum has a fixed order: bitwise deterministic.
 //
 // The units are found in the kernel from the items table (every CTA the same way): a

@@ -200,14 +200,39 @@ def _packs(itemsize: int, block_size: int, precision: int) -> bool:
 
 # The TMA-fed group kernel (cuda/matmul/bsmm_launch.cuh: use_group_tma, the same rule)
 # reads the row-major activation: where it takes the call, no packed copy is made. Its fp32
-# forward reads a transposed copy of the weight blocks from the scratch result instead.
+# forward reads a transposed copy of the weight blocks from the scratch result instead. At
+# mid N (64 < rows < 512) its CTAs, one per group and 256-row tile, are fewer than the SMs:
+# there it cuts each group's items into slices that fill them (group_tma_slices), whose fp32
+# partials follow the transposed weights in the scratch. Whether it takes a mid-N call is
+# decided at launch (group_tma_takes_mid_n, by the layout's reuse): the room is reserved for
+# every mid-N call it may take.
 _GROUP_TMA_MIN_ROWS = 512
+_GROUP_TMA_ROW_TILE = 256
+_GROUP_TMA_MAX_SLICES = 8
+
+
+def _group_tma_wide(itemsize: int, block_size: int) -> bool:
+    """Whether the TMA kernel walks the wide groups (tile rows of 128 bytes: 16-bit bs 64,
+    fp32 at bs 32 and, through its 32 x 32 quarters, 64) rather than the ordinary ones."""
+    return itemsize == 4 or block_size == 64
+
+
+def _group_tma_slices(rows: int, groups: int, num_groups: int) -> int:
+    """Item slices of the TMA kernel: as many as fill _SMS SMs with one CTA each (at most
+    _GROUP_TMA_MAX_SLICES) at mid N, else 1. The launch recounts them for its GPU and slices
+    no more than the scratch sized here has room for (a GPU with more SMs)."""
+    if os.environ.get("JBS_MID_SLICES", "") == "0" or not _STREAM_MAX_ROWS < rows < _GROUP_TMA_MIN_ROWS:
+        return 1
+    ctas = max(1, num_groups * -(-rows // _GROUP_TMA_ROW_TILE) * groups)
+    slices = min(_GROUP_TMA_MAX_SLICES, _SMS // ctas)
+    return slices if slices >= 2 else 1
 
 
 def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) -> bool:
     # The launch may still decline such a call (a narrow output whose grid leaves SMs idle at
-    # low reuse, or a tensor map the driver refuses): it then runs the one-column kernel, which
-    # reads no packed copy, so the prediction costs at most the fp32 copy's unused room.
+    # low reuse, a mid-N layout of low reuse, or a tensor map the driver refuses): it then runs
+    # the one-column kernel, which reads no packed copy, so the prediction costs at most the
+    # unused room of the fp32 copy and the slices' partials.
     forced = os.environ.get("JBS_GROUP_TMA", "")
     # (fp32 at bs 64 runs the bs 32 kernel over the blocks' 32 x 32 quarters)
     supported = block_size in (32, 64) and (itemsize == 2 or precision == precision_lib.DEFAULT)
@@ -215,15 +240,22 @@ def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) 
         return False
     if forced:
         return True
-    return rows >= _GROUP_TMA_MIN_ROWS and not os.environ.get("JBS_GROUPS") and not os.environ.get("JBS_WGMMA")
+    return not os.environ.get("JBS_GROUPS") and not os.environ.get("JBS_WGMMA")
 
 
-def _transposed_weight_floats(target: str, a, b, block_size: int, precision: int) -> int:
-    """float32 elements of the fp32 forward's transposed weight blocks, b (G or 1, nnz, bs, bs)."""
-    if (target != "jbs_bsmm_fwd" or a.dtype.itemsize != 4
-            or not _group_tma_takes(4, block_size, a.shape[1], precision)):
+def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int, slices: int,
+                              out_cols: int) -> int:
+    """float32 elements of the TMA kernel's scratch: the fp32 forward's transposed weight
+    blocks, b (G or 1, nnz, bs, bs), to a 256-byte boundary, then the item slices' partials
+    (groups, slices, rows, out_cols) where it slices; 0 where it needs none or does not run."""
+    itemsize = a.dtype.itemsize
+    if not _group_tma_takes(itemsize, block_size, a.shape[1], precision):
         return 0
-    return b.shape[0] * b.shape[1] * block_size * block_size
+    transposed = b.shape[0] * b.shape[1] * block_size * block_size if (
+        target == "jbs_bsmm_fwd" and itemsize == 4) else 0
+    groups = b.shape[0] if a.shape[0] == 1 else a.shape[0]
+    partials = groups * slices * a.shape[1] * out_cols if slices > 1 else 0
+    return (-(-transposed // 64) * 64 if partials else transposed) + partials
 
 
 def _packed_scratch_floats(a, block_size: int, precision: int) -> int:
@@ -256,6 +288,9 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
         attributes["row_splits"] = np.int32(splits)
     else:
         offsets, items, splits, group_offsets, group_items = (tables[i] for i in (0, 1, 3, 4, 5))
+        out_cols = block_size * (offsets.shape[0] - 1)
+        tma_groups = (tables[6] if _group_tma_wide(a.dtype.itemsize, block_size) else group_offsets).shape[0] - 1
+        slices = _group_tma_slices(a.shape[1], groups, tma_groups)
         scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size) +
                       _tile_major_scratch_floats(a, block_size),
                       _stream_group_scratch_floats(groups, a.shape[1], block_size, items.shape[0],
@@ -268,8 +303,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),
                       _packed_scratch_floats(a, block_size, precision),
-                      _transposed_weight_floats(target, a, b, block_size, precision))
-        results = [jax.ShapeDtypeStruct((groups, a.shape[1], block_size * (offsets.shape[0] - 1)), a.dtype),
+                      _group_tma_scratch_floats(target, a, b, block_size, precision, slices, out_cols))
+        results = [jax.ShapeDtypeStruct((groups, a.shape[1], out_cols), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
     return jax.ffi.ffi_call(target, results)(a, b, *tables, **attributes)[0]
 
