@@ -492,13 +492,15 @@ def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype
 
 @pytest.mark.parametrize("bs,dtype,density,rows,expected", [
     (32, jnp.bfloat16, 0.5, 200, True), (64, jnp.float16, 0.5, 100, True), (32, jnp.bfloat16, 0.125, 100, False),
-    (32, jnp.bfloat16, 0.125, 400, True), (32, jnp.float32, 0.5, 200, True), (64, jnp.float32, 0.5, 200, True)])
-def test_tma_group_kernel_takes_mid_n_by_reuse(rng, monkeypatch, bs, dtype, density, rows, expected):
-    """Without switches, mid-N fwd and dx (65-511 rows) take the TMA kernel where the layout's
-    reuse (blocks per union item) times the rows reaches its threshold, or from 384 rows
-    (cuda/matmul/bsmm_launch.cuh: group_tma_takes_mid_n), its groups' items cut into slices
-    whose partials a second kernel sums; a sparse layout at 100 rows keeps the one-column
-    kernel. Against float64, and bitwise repeatable."""
+    (32, jnp.bfloat16, 0.125, 400, True), (32, jnp.float32, 0.5, 200, True), (64, jnp.float32, 0.5, 200, True),
+    (16, jnp.bfloat16, 0.5, 200, True), (16, jnp.float32, 0.5, 300, True), (16, jnp.bfloat16, 0.125, 100, False)])
+def test_group_kernels_take_mid_n_by_reuse(rng, monkeypatch, bs, dtype, density, rows, expected):
+    """Without switches, mid-N fwd and dx (65-511 rows) take the TMA kernel (bs 32, 64) where
+    the layout's reuse (blocks per union item) times the rows reaches its threshold, or from
+    384 rows (cuda/matmul/bsmm_launch.cuh: group_tma_takes_mid_n), and the wgmma group kernel
+    (bs 16) likewise (use_group_wgmma), their groups' items cut into slices whose partials a
+    second kernel sums; a sparse layout at 100 rows keeps the one-column kernel. Against
+    float64, and bitwise repeatable."""
     from test_conv_gpu import kernel_names
     for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_MID_SLICES"):
         monkeypatch.delenv(name, raising=False)
@@ -508,9 +510,10 @@ def test_tma_group_kernel_takes_mid_n_by_reuse(rng, monkeypatch, bs, dtype, dens
     g = random_array(rng, (rows, 512), dtype)
     fwd = jax.jit(lambda x, w: bsmm(x, w))
     dx = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g)[0])
+    kernel = "bsmm_group_wgmma_kernel" if bs == 16 else "bsmm_group_tma_kernel"
     for fn, args in ((fwd, (x, w)), (dx, (x, w, g))):
         names = kernel_names(fn, *args)
-        assert any("bsmm_group_tma_kernel" in name for name in names) == expected, names
+        assert any(kernel in name for name in names) == expected, names
         assert any("sum_splits" in name for name in names) == expected, names
     W = dense_f64(bsmm, w)
     assert rel_error(fwd(x, w), f64(x) @ W) < tolerance(dtype)

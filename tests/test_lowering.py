@@ -286,21 +286,27 @@ def test_large_n_fp32_forward_scratch_holds_the_transposed_weights(monkeypatch, 
 
 @pytest.mark.parametrize("block_size,dtype,rows,setting,slices", [
     (32, jnp.bfloat16, 300, "", 8), (64, jnp.bfloat16, 100, "", 8), (32, jnp.float32, 300, "", 8),
-    (32, jnp.bfloat16, 300, "0", 0), (32, jnp.bfloat16, 600, "", 0), (16, jnp.bfloat16, 300, "", 0),
-    (32, jnp.bfloat16, 64, "", 0)])
-def test_mid_n_scratch_holds_the_tma_kernel_slices(monkeypatch, block_size, dtype, rows, setting, slices):
-    """Mid N (64 < rows < 512): the TMA kernel cuts each group's items into slices that fill
-    the SMs (one group here, of 2 x 3 blocks: 132 // row tiles, at most 8), whose fp32 partials
-    (slices, rows, 3 * bs) the scratch result holds, after the fp32 forward's transposed
-    weights (4 blocks) on a 256-byte boundary; none with JBS_MID_SLICES=0, from 512 rows, at
-    bs 16 (no TMA kernel) or at small N (cuda/matmul/bsmm_launch.cuh: group_tma_slices)."""
+    (16, jnp.bfloat16, 300, "", 8), (16, jnp.float32, 100, "", 8), (32, jnp.bfloat16, 300, "0", 0),
+    (32, jnp.bfloat16, 600, "", 0), (32, jnp.bfloat16, 64, "", 0)])
+def test_mid_n_scratch_holds_the_group_kernel_slices(monkeypatch, block_size, dtype, rows, setting, slices):
+    """Mid N (64 < rows < 512): the TMA kernel (bs 32, 64) or the wgmma group kernel (bs 16)
+    cuts each group's items into slices that fill the SMs (one group here, of 2 x 3 blocks:
+    132 // row tiles, at most 8), whose fp32 partials (slices, rows, 3 * bs) the scratch result
+    holds after what the kernel keeps first, on a 256-byte boundary: the fp32 TMA forward's
+    transposed weights (4 blocks), the wgmma kernel's packed activation (rows to 256, 2 * bs
+    columns); none with JBS_MID_SLICES=0, from 512 rows or at small N (cuda/matmul/
+    bsmm_launch.cuh: mid_n_slices)."""
     for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JBS_MID_SLICES", setting)
     floats = _fwd_scratch_floats(block_size, rows, dtype)
     partials = slices * rows * 3 * block_size
+    itemsize = jnp.dtype(dtype).itemsize
     if not slices:
         assert floats < 2 * rows * 3 * block_size
+    elif block_size == 16:
+        packed = -(-rows // 256) * 256 * 2 * block_size * itemsize // 4
+        assert floats == -(-packed // 64) * 64 + partials
     elif dtype == jnp.float32:
         assert floats == -(-4 * block_size * block_size // 64) * 64 + partials
     else:

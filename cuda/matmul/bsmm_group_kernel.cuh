@@ -43,6 +43,11 @@ struct GroupParams : FwdDxOperands {
   // > 0: `in` is the packed copy (matmul/packed_rows.cuh) with this many rows per
   // group, and in_group_stride is in its elements. 0: `in` is row-major.
   int64_t packed_rows;
+  // Item slices (the wgmma group kernel at mid N, blockIdx.z): 1, or S > 1 where slice s of
+  // a group walks the s-th of S equal shares of its items and writes an fp32 partial,
+  // (G, S, rows, out_cols) at `partials`, which sum_splits_kernel adds in slice order.
+  int slices = 1;
+  float* partials = nullptr;
 };
 
 // Which output block column each of a group's P columns writes: the group's entries of
@@ -69,7 +74,8 @@ struct GroupCta {
   T* out_row;            // the output at row n0, column 0
   GroupColumns columns;  // where the group's columns go
   int valid_rows;        // rows of the tile that exist
-  int beg, end;          // the group's union items
+  int beg, end;          // the group's union items (its slice of them: GroupParams::slices)
+  float* partial_row;    // slices > 1: the slice's fp32 partial at row n0, column 0; else null
 
   __device__ __forceinline__ explicit GroupCta(const GroupParams& p) {
     const int q = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_groups));
@@ -84,8 +90,11 @@ struct GroupCta {
                            out_blocks - first_col < kP ? out_blocks - first_col : kP};
     out_row = static_cast<T*>(p.out) + g * p.out_group_stride + n0 * p.out_cols;
     valid_rows = static_cast<int>(p.rows - n0 < TN ? p.rows - n0 : TN);
-    beg = __ldg(p.group_offsets + q);
-    end = __ldg(p.group_offsets + q + 1);
+    const int first = __ldg(p.group_offsets + q), items = __ldg(p.group_offsets + q + 1) - first;
+    const int slice = p.slices > 1 ? static_cast<int>(blockIdx.z) : 0;
+    beg = first + static_cast<int>(int64_t{items} * slice / p.slices);
+    end = first + static_cast<int>(int64_t{items} * (slice + 1) / p.slices);
+    partial_row = p.slices > 1 ? p.partials + ((g * p.slices + slice) * p.rows + n0) * p.out_cols : nullptr;
   }
 };
 

@@ -236,8 +236,13 @@ __global__ void __launch_bounds__(256, 1) bsmm_group_wgmma_kernel(const GroupPar
   // Epilogue, one warpgroup's 128 rows at a time through the drained ring.
   cp_async_wait<0>();
   __syncthreads();
-  store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, reinterpret_cast<float*>(smem_raw), cta.out_row, p.out_cols,
-                                               cta.valid_rows, cta.columns, wg, row_in_wg, lane, tid);
+  if (cta.partial_row != nullptr) {  // a slice of the group's items (mid N): its fp32 partial
+    store_group_wgmma_tile<float, BS, Cfg::kThreads>(acc, reinterpret_cast<float*>(smem_raw), cta.partial_row,
+                                                     p.out_cols, cta.valid_rows, cta.columns, wg, row_in_wg, lane, tid);
+  } else {
+    store_group_wgmma_tile<T, BS, Cfg::kThreads>(acc, reinterpret_cast<float*>(smem_raw), cta.out_row, p.out_cols,
+                                                 cta.valid_rows, cta.columns, wg, row_in_wg, lane, tid);
+  }
 }
 
 }  // namespace jbs

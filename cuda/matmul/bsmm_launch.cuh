@@ -196,6 +196,37 @@ inline int wgmma_env() { return env_switch("JBS_WGMMA"); }
 
 inline constexpr int64_t kWgmmaMinRows = 512;
 
+// Mid N (kStreamMaxRowsHost < rows < kWgmmaMinRows): the group kernels' CTAs (one per group
+// and row tile of 256) are fewer than the SMs, so the TMA and wgmma group kernels cut each
+// group's items into slices (GroupTmaParams / GroupParams::slices), as many as fill the SMs
+// with one CTA each, at most kMidNMaxSlices, and as many as the scratch result holds fp32
+// partials for after what the kernel keeps there first (`partials_offset` bytes: the fp32
+// forward's transposed weights, or the packed activation); jbs/_src/lowering.py reserves
+// them by the same count (_mid_n_slices). 1 where it does not slice. JBS_MID_SLICES=0 turns
+// slicing off.
+inline constexpr int kMidNMaxSlices = 8;
+// From this many rows (two 256-row tiles: 128 CTAs at 8192 columns) the group kernels do not
+// slice and take mid-N calls at their large-N reuse thresholds (group_tma_takes_mid_n,
+// group_wgmma_takes_mid_n).
+inline constexpr int64_t kMidNTwoTileRows = 384;
+
+inline int mid_n_slices(const BsmmBlocksArgs& a, int64_t ctas, int64_t partials_offset) {
+  if (a.rows >= kWgmmaMinRows || a.rows <= kStreamMaxRowsHost || env_switch("JBS_MID_SLICES") == 0 ||
+      a.scratch == nullptr || ctas <= 0 || a.out_group_stride != a.rows * a.out_cols) {
+    return 1;
+  }
+  const int64_t slice_bytes = a.groups * a.rows * a.out_cols * int64_t{4};
+  const int64_t room = (a.scratch_bytes - partials_offset) / slice_bytes;
+  const int64_t fill = a.num_sms / ctas;
+  const int64_t slices = std::min<int64_t>({kMidNMaxSlices, fill, room});
+  return slices >= 2 ? static_cast<int>(slices) : 1;
+}
+
+inline float* mid_n_partials(const BsmmBlocksArgs& a, int slices, int64_t partials_offset) {
+  return slices > 1 ? reinterpret_cast<float*>(static_cast<unsigned char*>(a.scratch) + partials_offset) : nullptr;
+}
+
+
 inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
   // Convs (session 9, 3x3, 320 channels, bf16, the bench's random layouts): at bs 16
   // reuse 2.04 (density 1/4) this kernel is 1.21x faster than the one-column one, 1.56
@@ -204,25 +235,6 @@ inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
   if (gathered) return !tf32 && bs <= 32 ? 1.75 : 1e9;
   if (tf32) return bs == 64 ? 1.0 : (bs == 32 ? 1.15 : 2.0);
   return bs == 64 ? 1.1 : (bs == 32 ? 1.15 : 1.4);
-}
-
-template <typename T, int BS>
-bool use_group_wgmma(const BsmmBlocksArgs& a) {
-#ifdef JBS_HAVE_SM90A
-  if constexpr (kGroupWgmmaSupported<T, BS>) {
-    // fp32 runs as one tf32 pass; HIGHEST (3xTF32) stays on the mma.sync kernels.
-    if ((std::is_same_v<T, float> && a.precise) || a.group_items == nullptr || a.group_width != 128 / BS ||
-        a.num_group_items <= 0 ||
-        (!a.gathered && a.rows <= kStreamMaxRowsHost) || !device_is_sm90() || groups_env() == 0 ||
-        wgmma_env() == 0) {
-      return false;
-    }
-    if (wgmma_env() == 1 || groups_env() == 1) return true;
-    const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
-    return a.rows >= kWgmmaMinRows && reuse >= min_wgmma_reuse(BS, a.gathered, std::is_same_v<T, float>);
-  }
-#endif
-  return false;
 }
 
 // Whether the wgmma group kernel reads a packed copy of the activation
@@ -238,6 +250,57 @@ bool use_packed_rows(const BsmmBlocksArgs& a) {
   if (env_switch("JBS_PACK") == 0) return false;
   return !a.gathered && a.scratch != nullptr &&
          a.scratch_bytes >= packed_bytes_host(input_groups(a), a.rows, a.in_cols, sizeof(T));
+}
+
+// The wgmma group kernel's item slices (mid_n_slices) for a plain matrix at mid N, their
+// partials after the packed activation where it reads one.
+template <typename T>
+int64_t group_wgmma_partials_offset(const BsmmBlocksArgs& a) {
+  return use_packed_rows<T>(a) ? (packed_bytes_host(input_groups(a), a.rows, a.in_cols, sizeof(T)) + 255) / 256 * 256
+                               : 0;
+}
+
+template <typename T>
+int group_wgmma_slices(const BsmmBlocksArgs& a) {
+  if (a.gathered) return 1;
+  const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
+  return mid_n_slices(a, a.num_groups * row_tiles * a.groups, group_wgmma_partials_offset<T>(a));
+}
+
+// At mid N the wgmma kernel takes bs 16 (which the TMA kernel lacks) by default: from
+// kMidNTwoTileRows rows at its large-N reuse threshold, and below, with its items in slices,
+// where 16-bit rows x reuse reaches 200 or fp32 reuse reaches 3. Measured on an H200, 8192 x
+// 8192 weights, 96 to 384 rows (benchmarks/NOTES.md, session 39; reuse 4.02 / 2.22 / 1.53 at
+// density 1/2 / 1/4 / 1/8), against the one-column kernel: bf16 1/2 3.5x faster (106 against
+// 376 us at 96 rows), 1/4 1.14x at 96 rows (213), 1/8 even at 128 rows (196) and 1.2x slower
+// at 96; fp32 1/2 2.0x, but 1/4 1.5-1.9x slower at 96-128 rows and even at 192, 1/8 1.4-2.6x
+// slower at every row count (its sliced tf32 walk stays at ~170 us).
+inline bool group_wgmma_takes_mid_n(int64_t rows, double reuse, bool tf32, int slices) {
+  if (rows >= kMidNTwoTileRows) return reuse >= min_wgmma_reuse(16, false, tf32);
+  return slices > 1 && (tf32 ? reuse >= 3.0 : rows * reuse >= 200);
+}
+
+template <typename T, int BS>
+bool use_group_wgmma(const BsmmBlocksArgs& a) {
+#ifdef JBS_HAVE_SM90A
+  if constexpr (kGroupWgmmaSupported<T, BS>) {
+    // fp32 runs as one tf32 pass; HIGHEST (3xTF32) stays on the mma.sync kernels.
+    if ((std::is_same_v<T, float> && a.precise) || a.group_items == nullptr || a.group_width != 128 / BS ||
+        a.num_group_items <= 0 ||
+        (!a.gathered && a.rows <= kStreamMaxRowsHost) || !device_is_sm90() || groups_env() == 0 ||
+        wgmma_env() == 0) {
+      return false;
+    }
+    if (wgmma_env() == 1 || groups_env() == 1) return true;
+    const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
+    if (a.rows < kWgmmaMinRows) {
+      return BS == 16 && !a.gathered &&
+             group_wgmma_takes_mid_n(a.rows, reuse, std::is_same_v<T, float>, group_wgmma_slices<T>(a));
+    }
+    return reuse >= min_wgmma_reuse(BS, a.gathered, std::is_same_v<T, float>);
+  }
+#endif
+  return false;
 }
 
 // Whether the wgmma group kernel runs warp-specialized (bsmm_group_ws_kernel.cuh:
@@ -257,7 +320,7 @@ bool use_group_ws() {
 template <typename T, int BS, bool TRANS, bool GATHER, bool PACKED>
 cudaError_t launch_wgmma_kernel(const GroupParams& p, dim3 grid, cudaStream_t stream) {
   if constexpr (kGroupWsSupported<T, BS, GATHER>) {
-    if (use_group_ws<T, BS>()) {
+    if (use_group_ws<T, BS>() && p.slices == 1) {  // (its epilogue writes T only)
       using Cfg = GroupWsConfig<T, BS, PACKED, GATHER>;
       return launch_kernel(bsmm_group_ws_kernel<T, BS, TRANS, GATHER, PACKED>, grid, dim3(Cfg::kThreads),
                            Cfg::kSmemBytes, stream, p);
@@ -280,7 +343,14 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
       p.group_columns = a.paired_columns;
     }
     const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
-    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups));
+    p.slices = group_wgmma_slices<T>(a);
+    p.partials = mid_n_partials(a, p.slices, group_wgmma_partials_offset<T>(a));
+    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups),
+                    static_cast<unsigned>(p.slices));
+    auto sum_slices = [&](cudaError_t err) {
+      if (err != cudaSuccess || p.slices == 1) return err;
+      return launch_sum_splits<T>(p.partials, static_cast<T*>(a.out), a.groups, a.rows * a.out_cols, p.slices, stream);
+    };
     if constexpr (!GATHER) {
       if (use_packed_rows<T>(a)) {
         T* packed = static_cast<T*>(a.scratch);
@@ -290,10 +360,10 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
         p.in = packed;
         p.packed_rows = packed_rows_host(a.rows);
         p.in_group_stride = a.in_group_stride == 0 ? 0 : p.packed_rows * a.in_cols;
-        return launch_wgmma_kernel<T, BS, TRANS, false, true>(p, grid, stream);
+        return sum_slices(launch_wgmma_kernel<T, BS, TRANS, false, true>(p, grid, stream));
       }
     }
-    return launch_wgmma_kernel<T, BS, TRANS, GATHER, false>(p, grid, stream);
+    return sum_slices(launch_wgmma_kernel<T, BS, TRANS, GATHER, false>(p, grid, stream));
   } else {
     return cudaErrorNotSupported;  // unreachable: use_group_wgmma() is false for these
   }
@@ -378,17 +448,9 @@ bool group_tma_maps(const BsmmBlocksArgs& a, GroupTmaParams* p) {
                              &p->w_group_step);
 }
 
-// Mid N (kStreamMaxRowsHost < rows < kWgmmaMinRows): the TMA kernel's CTAs (one per group
-// and row tile of 256) are fewer than the SMs, so it cuts each group's items into slices
-// (GroupTmaParams::slices) as many as fill the SMs with one CTA each, at most
-// kGroupTmaMaxSlices, and as many as the scratch result holds partials for after the fp32
-// forward's transposed weights (jbs/_src/lowering.py reserves them by the same count:
-// _group_tma_slices). 1 where it does not slice. JBS_MID_SLICES=0 turns slicing off.
-inline constexpr int kGroupTmaMaxSlices = 8;
-
 // Whether the TMA kernel takes a mid-N call by default, against the one-column kernel,
 // whose time grows with the rows while the sliced kernel's stays flat up to 256 (one row
-// tile): from kGroupTmaMidRows rows, or where rows x reuse (blocks per item of the
+// tile): from kMidNTwoTileRows rows, or where rows x reuse (blocks per item of the
 // kernel's own groups) reaches the kernel's threshold. Measured on an H200, 8192 x 8192
 // weights, densities 1/2 / 1/4 / 1/8, 96 to 384 rows (benchmarks/NOTES.md, session 39):
 // 16-bit bs 32 (paired groups, reuse 2.24 / 1.62 / 1.38) from ~190 (1/2 at 96 rows: 80
@@ -399,10 +461,8 @@ inline constexpr int kGroupTmaMaxSlices = 8;
 // (reuse counted in 32 x 32 sub-blocks: 3.66 / 2.92 / 2.66) from ~480 (1/2 at 128 rows,
 // 469: 1.08x slower; at 192, 703: 1.13x faster). From 384 rows (two row tiles) it won
 // everywhere measured, 1.02-2.2x.
-inline constexpr int64_t kGroupTmaMidRows = 384;
-
 inline bool group_tma_takes_mid_n(int64_t rows, double reuse, int elem_bytes, int bs) {
-  if (rows >= kGroupTmaMidRows) return true;
+  if (rows >= kMidNTwoTileRows) return true;
   if (elem_bytes == 2) return bs == 64 ? reuse >= 1.25 : rows * reuse >= 190;
   return rows * reuse >= (bs == 64 ? 480 : 280);
 }
@@ -411,17 +471,6 @@ inline int64_t group_tma_partials_offset(const BsmmBlocksArgs& a, bool needs_cop
   return needs_copy ? (transposed_weight_bytes(a) + 255) / 256 * 256 : 0;
 }
 
-inline int group_tma_slices(const BsmmBlocksArgs& a, int64_t ctas, bool needs_copy) {
-  if (a.rows >= kWgmmaMinRows || env_switch("JBS_MID_SLICES") == 0 || a.scratch == nullptr || ctas <= 0 ||
-      a.out_group_stride != a.rows * a.out_cols) {
-    return 1;
-  }
-  const int64_t slice_bytes = a.groups * a.rows * a.out_cols * int64_t{4};
-  const int64_t room = (a.scratch_bytes - group_tma_partials_offset(a, needs_copy)) / slice_bytes;
-  const int64_t fill = a.num_sms / ctas;
-  const int64_t slices = std::min<int64_t>({kGroupTmaMaxSlices, fill, room});
-  return slices >= 2 ? static_cast<int>(slices) : 1;
-}
 
 // Whether the kernel runs; if so, *p holds its parameters (the tensor maps are encoded
 // once per launch, through the driver).
@@ -453,7 +502,7 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
     const int row_tiles =
         static_cast<int>((a.rows + GroupTmaConfig<T, KBS>::kTN - 1) / GroupTmaConfig<T, KBS>::kTN);
     const int64_t ctas = num_groups * row_tiles * a.groups;
-    const int slices = group_tma_slices(a, ctas, needs_copy);
+    const int slices = mid_n_slices(a, ctas, group_tma_partials_offset(a, needs_copy));
     if (env < 0) {
       if (groups_env() >= 0 || wgmma_env() >= 0) return false;
       // Blocks per item of the kernel's own walk: split, an item is half a block row and
@@ -466,9 +515,7 @@ bool use_group_tma(const BsmmBlocksArgs& a, GroupTmaParams* p) {
       }
     }
     p->slices = slices;
-    p->partials = slices > 1 ? reinterpret_cast<float*>(static_cast<unsigned char*>(a.scratch) +
-                                                         group_tma_partials_offset(a, needs_copy))
-                             : nullptr;
+    p->partials = mid_n_partials(a, slices, group_tma_partials_offset(a, needs_copy));
     static_cast<FwdDxOperands&>(*p) = FwdDxOperands{a.in, a.w, a.out, a.rows, a.in_cols, a.out_cols,
                                                     a.in_group_stride, a.w_group_stride, a.out_group_stride, a.gather};
     p->group_offsets = group_offsets;

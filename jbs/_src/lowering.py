@@ -202,13 +202,13 @@ def _packs(itemsize: int, block_size: int, precision: int) -> bool:
 # reads the row-major activation: where it takes the call, no packed copy is made. Its fp32
 # forward reads a transposed copy of the weight blocks from the scratch result instead. At
 # mid N (64 < rows < 512) its CTAs, one per group and 256-row tile, are fewer than the SMs:
-# there it cuts each group's items into slices that fill them (group_tma_slices), whose fp32
+# there it cuts each group's items into slices that fill them (mid_n_slices), whose fp32
 # partials follow the transposed weights in the scratch. Whether it takes a mid-N call is
 # decided at launch (group_tma_takes_mid_n, by the layout's reuse): the room is reserved for
 # every mid-N call it may take.
 _GROUP_TMA_MIN_ROWS = 512
 _GROUP_TMA_ROW_TILE = 256
-_GROUP_TMA_MAX_SLICES = 8
+_MID_N_MAX_SLICES = 8
 
 
 def _group_tma_wide(itemsize: int, block_size: int) -> bool:
@@ -217,14 +217,15 @@ def _group_tma_wide(itemsize: int, block_size: int) -> bool:
     return itemsize == 4 or block_size == 64
 
 
-def _group_tma_slices(rows: int, groups: int, num_groups: int) -> int:
-    """Item slices of the TMA kernel: as many as fill _SMS SMs with one CTA each (at most
-    _GROUP_TMA_MAX_SLICES) at mid N, else 1. The launch recounts them for its GPU and slices
-    no more than the scratch sized here has room for (a GPU with more SMs)."""
+def _mid_n_slices(rows: int, groups: int, num_groups: int) -> int:
+    """Item slices of the TMA or wgmma group kernel (cuda/matmul/bsmm_launch.cuh:
+    mid_n_slices): as many as fill _SMS SMs with one CTA each (at most _MID_N_MAX_SLICES) at
+    mid N, else 1. The launch recounts them for its GPU and slices no more than the scratch
+    sized here has room for (a GPU with more SMs)."""
     if os.environ.get("JBS_MID_SLICES", "") == "0" or not _STREAM_MAX_ROWS < rows < _GROUP_TMA_MIN_ROWS:
         return 1
     ctas = max(1, num_groups * -(-rows // _GROUP_TMA_ROW_TILE) * groups)
-    slices = min(_GROUP_TMA_MAX_SLICES, _SMS // ctas)
+    slices = min(_MID_N_MAX_SLICES, _SMS // ctas)
     return slices if slices >= 2 else 1
 
 
@@ -258,13 +259,18 @@ def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int
     return (-(-transposed // 64) * 64 if partials else transposed) + partials
 
 
-def _packed_scratch_floats(a, block_size: int, precision: int) -> int:
-    """float32 elements that hold the packed copy of activation ``a`` (G or 1, N, C), or 0."""
+def _packed_scratch_floats(a, block_size: int, precision: int, slices: int, groups: int,
+                           out_cols: int) -> int:
+    """float32 elements that hold the wgmma group kernel's packed copy of activation ``a``
+    (G or 1, N, C) to a 256-byte boundary, then its item slices' partials (groups, slices,
+    rows, out_cols) where it slices at mid N; 0 where that kernel does not run."""
     if (not _packs(a.dtype.itemsize, block_size, precision) or a.shape[1] <= _STREAM_MAX_ROWS
             or _group_tma_takes(a.dtype.itemsize, block_size, a.shape[1], precision)):
         return 0
     rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
-    return a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4
+    packed = a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4
+    partials = groups * slices * a.shape[1] * out_cols if slices > 1 else 0
+    return (-(-packed // 64) * 64 if partials else packed) + partials
 
 
 def _reference_rule(reference_fn):
@@ -290,7 +296,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
         offsets, items, splits, group_offsets, group_items = (tables[i] for i in (0, 1, 3, 4, 5))
         out_cols = block_size * (offsets.shape[0] - 1)
         tma_groups = (tables[6] if _group_tma_wide(a.dtype.itemsize, block_size) else group_offsets).shape[0] - 1
-        slices = _group_tma_slices(a.shape[1], groups, tma_groups)
+        slices = _mid_n_slices(a.shape[1], groups, tma_groups)
+        wgmma_slices = _mid_n_slices(a.shape[1], groups, group_offsets.shape[0] - 1)
         scratch = max(_stream_scratch_floats(groups, splits.shape[0] - 1, block_size) +
                       _tile_major_scratch_floats(a, block_size),
                       _stream_group_scratch_floats(groups, a.shape[1], block_size, items.shape[0],
@@ -302,7 +309,7 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                       _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),
-                      _packed_scratch_floats(a, block_size, precision),
+                      _packed_scratch_floats(a, block_size, precision, wgmma_slices, groups, out_cols),
                       _group_tma_scratch_floats(target, a, b, block_size, precision, slices, out_cols))
         results = [jax.ShapeDtypeStruct((groups, a.shape[1], out_cols), a.dtype),
                    jax.ShapeDtypeStruct((scratch,), np.float32)]
