@@ -33,7 +33,7 @@ def test_the_rule_follows_the_measured_thresholds(monkeypatch):
     assert not _takes(monkeypatch, density=1 / 32, itemsize=4)    # fp32 bs 8 only to 1/16
     assert _takes(monkeypatch, density=1 / 16, itemsize=4, rows=512)
     assert not _takes(monkeypatch, block_size=16, density=1 / 2, rows=256)  # bf16 bs 16: the sliced
-    assert _takes(monkeypatch, block_size=16, density=1 / 4, rows=384)      # wgmma kernel below 384
+    assert _takes(monkeypatch, block_size=16, density=1 / 4, rows=257)      # wgmma kernel to 256
     assert not _takes(monkeypatch, block_size=16, density=1 / 8, rows=384)
     assert _takes(monkeypatch, block_size=16, density=1 / 2, rows=128, itemsize=4)
     assert not _takes(monkeypatch, block_size=16, density=1 / 4, rows=128, itemsize=4)

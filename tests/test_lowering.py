@@ -242,6 +242,7 @@ def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, se
     mma.sync kernels) or small N."""
     monkeypatch.setenv("JBS_PACK", setting)
     monkeypatch.setenv("JBS_GROUP_TMA", "0")  # at bs 32 and 64 it takes every call from 65 rows
+    monkeypatch.setenv("JBS_MID_SLICES", "0")  # (the slices' partials, tested below, would fill it)
     room = 512 * 2 * block_size * 2 // 4
     assert (_fwd_scratch_floats(block_size, 300) >= room) == packed
     assert (_fwd_scratch_floats(block_size, 300, jnp.float32) >= 2 * room) == packed
@@ -307,6 +308,8 @@ def test_mid_n_scratch_holds_the_group_kernel_slices(monkeypatch, block_size, dt
     elif block_size == 16:
         packed = -(-rows // 256) * 256 * 2 * block_size * itemsize // 4
         assert floats == -(-packed // 64) * 64 + partials
+        monkeypatch.setenv("JBS_PACK", "0")  # the row-major activation: the partials alone
+        assert _fwd_scratch_floats(block_size, rows, dtype) == partials
     elif dtype == jnp.float32:
         assert floats == -(-4 * block_size * block_size // 64) * 64 + partials
     else:

@@ -46,6 +46,9 @@ struct GroupParams : FwdDxOperands {
   // Item slices (the wgmma group kernel at mid N, blockIdx.z): 1, or S > 1 where slice s of
   // a group walks the s-th of S equal shares of its items and writes an fp32 partial,
   // (G, S, rows, out_cols) at `partials`, which sum_splits_kernel adds in slice order.
+  // GroupCta cuts the item range for every kernel that reads it, but only the wgmma kernel's
+  // epilogue writes the partial: launch the others (the mma.sync and warp-specialized group
+  // kernels, the conv kernels) with slices 1.
   int slices = 1;
   float* partials = nullptr;
 };

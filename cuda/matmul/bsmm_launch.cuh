@@ -205,9 +205,9 @@ inline constexpr int64_t kWgmmaMinRows = 512;
 // them by the same count (_mid_n_slices). 1 where it does not slice. JBS_MID_SLICES=0 turns
 // slicing off.
 inline constexpr int kMidNMaxSlices = 8;
-// From this many rows (two 256-row tiles: 128 CTAs at 8192 columns) the group kernels do not
-// slice and take mid-N calls at their large-N reuse thresholds (group_tma_takes_mid_n,
-// group_wgmma_takes_mid_n).
+// From this many rows (two 256-row tiles: 128 CTAs at 8192 columns, too many to slice) the
+// group kernels take mid-N calls as at large N (group_tma_takes_mid_n, group_wgmma_takes_mid_n);
+// narrower outputs still slice there.
 inline constexpr int64_t kMidNTwoTileRows = 384;
 
 inline int mid_n_slices(const BsmmBlocksArgs& a, int64_t ctas, int64_t partials_offset) {
@@ -225,7 +225,6 @@ inline int mid_n_slices(const BsmmBlocksArgs& a, int64_t ctas, int64_t partials_
 inline float* mid_n_partials(const BsmmBlocksArgs& a, int slices, int64_t partials_offset) {
   return slices > 1 ? reinterpret_cast<float*>(static_cast<unsigned char*>(a.scratch) + partials_offset) : nullptr;
 }
-
 
 inline double min_wgmma_reuse(int bs, bool gathered, bool tf32) {
   // Convs (session 9, 3x3, 320 channels, bf16, the bench's random layouts): at bs 16
@@ -260,11 +259,13 @@ int64_t group_wgmma_partials_offset(const BsmmBlocksArgs& a) {
                                : 0;
 }
 
+inline int64_t group_wgmma_ctas(const BsmmBlocksArgs& a) {
+  return a.num_groups * ((a.rows + kPackRowTile - 1) / kPackRowTile) * a.groups;
+}
+
 template <typename T>
 int group_wgmma_slices(const BsmmBlocksArgs& a) {
-  if (a.gathered) return 1;
-  const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
-  return mid_n_slices(a, a.num_groups * row_tiles * a.groups, group_wgmma_partials_offset<T>(a));
+  return a.gathered ? 1 : mid_n_slices(a, group_wgmma_ctas(a), group_wgmma_partials_offset<T>(a));
 }
 
 // At mid N the wgmma kernel takes bs 16 (which the TMA kernel lacks) by default: from
@@ -274,9 +275,11 @@ int group_wgmma_slices(const BsmmBlocksArgs& a) {
 // density 1/2 / 1/4 / 1/8), against the one-column kernel: bf16 1/2 3.5x faster (106 against
 // 376 us at 96 rows), 1/4 1.14x at 96 rows (213), 1/8 even at 128 rows (196) and 1.2x slower
 // at 96; fp32 1/2 2.0x, but 1/4 1.5-1.9x slower at 96-128 rows and even at 192, 1/8 1.4-2.6x
-// slower at every row count (its sliced tf32 walk stays at ~170 us).
-inline bool group_wgmma_takes_mid_n(int64_t rows, double reuse, bool tf32, int slices) {
-  if (rows >= kMidNTwoTileRows) return reuse >= min_wgmma_reuse(16, false, tf32);
+// slower at every row count (its sliced tf32 walk stays at ~170 us). Where the grid holds
+// more than half the SMs unsliced (two row tiles, several weights under vmap, a wide output)
+// it is taken as at 384 rows (there 1.2-2.1x faster than the one-column kernel).
+inline bool group_wgmma_takes_mid_n(int64_t rows, double reuse, bool tf32, int slices, bool fills_half) {
+  if (rows >= kMidNTwoTileRows || (slices == 1 && fills_half)) return reuse >= min_wgmma_reuse(16, false, tf32);
   return slices > 1 && (tf32 ? reuse >= 3.0 : rows * reuse >= 200);
 }
 
@@ -295,7 +298,8 @@ bool use_group_wgmma(const BsmmBlocksArgs& a) {
     const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
     if (a.rows < kWgmmaMinRows) {
       return BS == 16 && !a.gathered &&
-             group_wgmma_takes_mid_n(a.rows, reuse, std::is_same_v<T, float>, group_wgmma_slices<T>(a));
+             group_wgmma_takes_mid_n(a.rows, reuse, std::is_same_v<T, float>, group_wgmma_slices<T>(a),
+                                     2 * group_wgmma_ctas(a) > a.num_sms);
     }
     return reuse >= min_wgmma_reuse(BS, a.gathered, std::is_same_v<T, float>);
   }
@@ -342,10 +346,9 @@ cudaError_t launch_group_wgmma_variant(const BsmmBlocksArgs& a, cudaStream_t str
       p.group_items = a.paired_items;
       p.group_columns = a.paired_columns;
     }
-    const int64_t row_tiles = (a.rows + kPackRowTile - 1) / kPackRowTile;
     p.slices = group_wgmma_slices<T>(a);
     p.partials = mid_n_partials(a, p.slices, group_wgmma_partials_offset<T>(a));
-    const dim3 grid(static_cast<unsigned>(a.num_groups * row_tiles), static_cast<unsigned>(a.groups),
+    const dim3 grid(static_cast<unsigned>(group_wgmma_ctas(a) / a.groups), static_cast<unsigned>(a.groups),
                     static_cast<unsigned>(p.slices));
     auto sum_slices = [&](cudaError_t err) {
       if (err != cudaSuccess || p.slices == 1) return err;
@@ -470,7 +473,6 @@ inline bool group_tma_takes_mid_n(int64_t rows, double reuse, int elem_bytes, in
 inline int64_t group_tma_partials_offset(const BsmmBlocksArgs& a, bool needs_copy) {
   return needs_copy ? (transposed_weight_bytes(a) + 255) / 256 * 256 : 0;
 }
-
 
 // Whether the kernel runs; if so, *p holds its parameters (the tensor maps are encoded
 // once per launch, through the driver).

@@ -34,15 +34,16 @@ from jbs._src.tables import Tables
 # ~100-130 us there whatever the rows, so the dense dot needs more density at fewer rows.
 # The block kernels keep N <= 64 (their memory-bound small-N path) and every density where
 # they were faster or within a few percent. Block sizes 32 and 64 keep their kernels: they
-# match or beat the dense dot at every density. 16-bit bs 16 below 384 rows: since session 39
-# the wgmma group kernel takes 65-383 rows at high reuse with its items in slices (107 us at
+# match or beat the dense dot at every density. 16-bit bs 16 up to 256 rows: since session 39
+# the wgmma group kernel takes 65-511 rows at high reuse with its items in slices (107 us at
 # 128 rows and density 1/2, 91-95 at 128-256 rows and 1/4, where the fallback measured
-# 131-145), so the fallback starts at 384 rows there (kernels ~172-202 us, fallback ~155-172:
-# results/mid_n_bs16_h200_2026-11-28_session39.md against session 38's fallback times).
+# 131-145), so the fallback starts at 257 rows there, where that kernel's second row tile
+# (unsliced at 8192 columns) takes ~173-202 us and the fallback ~150-170
+# (results/mid_n_bs16_h200_2026-11-28_session39.md against session 38's fallback times).
 RULES = {
     (8, 2): ((128, 1 / 8), (256, 1 / 16), (1024, 1 / 32)),   # fallback 1.2-1.25x at each edge
     (8, 4): ((128, 1 / 4), (256, 1 / 8), (512, 1 / 16)),     # 1.1-1.6x
-    (16, 2): ((384, 1 / 4), (2048, 1 / 8)),                  # ~1.0-1.3x; 1/8 at 8192 rows 1.15x
+    (16, 2): ((257, 1 / 4), (2048, 1 / 8)),                  # ~1.0-1.3x; 1/8 at 8192 rows 1.15x
     (16, 4): ((128, 1 / 2), (256, 1 / 4), (1024, 1 / 8)),    # 1.13-2.6x
 }
 # The densified weights live in HBM for the op: never more than this (per call, all groups).

@@ -262,13 +262,16 @@ def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int
 def _packed_scratch_floats(a, block_size: int, precision: int, slices: int, groups: int,
                            out_cols: int) -> int:
     """float32 elements that hold the wgmma group kernel's packed copy of activation ``a``
-    (G or 1, N, C) to a 256-byte boundary, then its item slices' partials (groups, slices,
-    rows, out_cols) where it slices at mid N; 0 where that kernel does not run."""
-    if (not _packs(a.dtype.itemsize, block_size, precision) or a.shape[1] <= _STREAM_MAX_ROWS
+    (G or 1, N, C; none with JBS_PACK=0) to a 256-byte boundary, then its item slices'
+    partials (groups, slices, rows, out_cols) where it slices at mid N; 0 where that kernel
+    does not run."""
+    wgmma = block_size >= 16 and (a.dtype.itemsize == 2 or precision == precision_lib.DEFAULT)
+    if (not wgmma or a.shape[1] <= _STREAM_MAX_ROWS
             or _group_tma_takes(a.dtype.itemsize, block_size, a.shape[1], precision)):
         return 0
     rows = -(-a.shape[1] // _PACK_ROW_TILE) * _PACK_ROW_TILE
-    packed = a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4
+    packs = _packs(a.dtype.itemsize, block_size, precision)
+    packed = a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4 if packs else 0
     partials = groups * slices * a.shape[1] * out_cols if slices > 1 else 0
     return (-(-packed // 64) * 64 if partials else packed) + partials
 
