@@ -1,7 +1,7 @@
 // The fixed-order sum of split partials: out[g, e] = the sum over splits s of
 // partials[g, s, e], e over `elems` values of group g, converted to T. Kernels that cut a
-// reduction over CTAs (the weight gradients' row splits, the TMA group kernel's item
-// slices at mid N) write fp32 partials and launch this after them on the same stream.
+// reduction over CTAs (the weight gradients' row splits, the TMA and wgmma group kernels'
+// item slices at mid N) write fp32 partials and launch this after them on the same stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kSumSplitsThreads) sum_splits_kernel(const flo
 }
 
 // The same with 4 values per thread, read as float4s (elems a multiple of 4, few splits): the
-// TMA group kernel's partials at mid N are whole output matrices (1-8 M values), which
+// group kernels' partials at mid N are whole output matrices (1-8 M values), which
 // sum_splits_kernel, one scalar load per split and thread, read at ~0.9 TB/s (12 us for two
 // 128 x 8192 partials, H200; benchmarks/NOTES.md, session 39).
 template <typename T>
