@@ -244,6 +244,12 @@ def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) 
     return not os.environ.get("JBS_GROUPS") and not os.environ.get("JBS_WGMMA")
 
 
+def _then_partials(first: int, partials: int) -> int:
+    """float32 elements of a scratch holding `first` elements, then (where there are any) the
+    item slices' partials on a 256-byte boundary (bsmm_launch.cuh: *_partials_offset)."""
+    return (-(-first // 64) * 64 if partials else first) + partials
+
+
 def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int, slices: int,
                               out_cols: int) -> int:
     """float32 elements of the TMA kernel's scratch: the fp32 forward's transposed weight
@@ -256,7 +262,7 @@ def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int
         target == "jbs_bsmm_fwd" and itemsize == 4) else 0
     groups = b.shape[0] if a.shape[0] == 1 else a.shape[0]
     partials = groups * slices * a.shape[1] * out_cols if slices > 1 else 0
-    return (-(-transposed // 64) * 64 if partials else transposed) + partials
+    return _then_partials(transposed, partials)
 
 
 def _packed_scratch_floats(a, block_size: int, precision: int, slices: int, groups: int,
@@ -273,7 +279,7 @@ def _packed_scratch_floats(a, block_size: int, precision: int, slices: int, grou
     packs = _packs(a.dtype.itemsize, block_size, precision)
     packed = a.shape[0] * rows * a.shape[2] * a.dtype.itemsize // 4 if packs else 0
     partials = groups * slices * a.shape[1] * out_cols if slices > 1 else 0
-    return (-(-packed // 64) * 64 if partials else packed) + partials
+    return _then_partials(packed, partials)
 
 
 def _reference_rule(reference_fn):
