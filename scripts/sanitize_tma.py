@@ -3,7 +3,12 @@
 64, fp32 at bs 32 and 64), forward and input gradient, on a layout with an empty block row, an empty
 block column and a full one, and a row count that ends part-way through a 256-row tile.
 Run with JBS_GROUP_TMA=1 so the kernel is taken at this small size:
-  JBS_GROUP_TMA=1 compute-sanitizer --tool memcheck python scripts/sanitize_tma.py"""
+  JBS_GROUP_TMA=1 compute-sanitizer --tool memcheck python scripts/sanitize_tma.py
+SANITIZE_ROWS=200 sweeps mid N instead, where the kernel cuts its items into slices whose
+partials a second kernel sums; SANITIZE_BS=16 with JBS_WGMMA=1 sweeps the wgmma group kernel
+(bs 16's, sliced alike at mid N) over the same cases."""
+
+import os
 
 import numpy as np
 import jax
@@ -11,10 +16,11 @@ import jax.numpy as jnp
 
 import jbs
 
-ROWS = 580  # two full 256-row tiles and a partial one
+ROWS = int(os.environ.get("SANITIZE_ROWS", "580"))  # 580: two full 256-row tiles and a partial one
+BLOCK_SIZES = [int(bs) for bs in os.environ.get("SANITIZE_BS", "32,64").split(",")]
 rng = np.random.default_rng(0)
-cases = [(32, jnp.bfloat16), (32, jnp.float16), (64, jnp.bfloat16), (64, jnp.float16), (32, jnp.float32),
-         (64, jnp.float32)]  # fp32 at bs 64: the bs 32 kernel over the blocks' quarters
+# fp32 at bs 64: the bs 32 kernel over the blocks' quarters
+cases = [(bs, dtype) for bs in BLOCK_SIZES for dtype in (jnp.bfloat16, jnp.float16, jnp.float32)]
 for bs, dtype in cases:
     layout = rng.random((12, 13)) < 0.5
     layout[3, :] = False

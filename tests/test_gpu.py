@@ -521,6 +521,30 @@ def test_group_kernels_take_mid_n_by_reuse(rng, monkeypatch, bs, dtype, density,
     np.testing.assert_array_equal(np.asarray(fwd(x, w)), np.asarray(fwd(x, w)))
 
 
+@pytest.mark.parametrize("features,rows,pack,sliced", [(4352, 300, "", False), (512, 200, "0", True)])
+def test_wgmma_group_kernel_at_mid_n_unsliced_or_unpacked(rng, monkeypatch, features, rows, pack, sliced):
+    """bs 16 at mid N (cuda/matmul/bsmm_launch.cuh: group_wgmma_takes_mid_n). Over 4352 output
+    channels (34 column groups) and 300 rows (two row tiles) the grid holds more than half the
+    SMs of a 132-SM GPU unsliced, so the wgmma kernel takes the call without slices (no sum
+    kernel), as from 384 rows. With JBS_PACK=0 (no packed activation) the slices' partials
+    start at the scratch's start and the sliced kernel still runs. Against float64."""
+    from test_conv_gpu import kernel_names
+    for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_MID_SLICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JBS_PACK", pack)
+    ctas = (features // 128) * 2  # column groups of 8 blocks, times two row tiles
+    if not sliced and pytest.importorskip("torch").cuda.get_device_properties(0).multi_processor_count >= 2 * ctas:
+        pytest.skip("the unsliced grid holds more than half the SMs only on GPUs with under 136 SMs")
+    bsmm = jbs.BlockSparseMatMul(jbs.layouts.random(features // 16, features // 16, density=0.5, seed=4), 16)
+    x = random_array(rng, (rows, features), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    names = kernel_names(fwd, x, w)
+    assert any("bsmm_group_wgmma_kernel" in name for name in names), names
+    assert any("sum_splits" in name for name in names) == sliced, names
+    assert rel_error(fwd(x, w), f64(x) @ dense_f64(bsmm, w)) < tolerance(jnp.bfloat16)
+
+
 def test_handler_checks_the_wide_groups(rng, monkeypatch):
     """The fwd handler reads the TMA kernel's wide groups (3 columns at bs 64) and their columns
     after the ordinary groups, then the paired groups: given the ordinary 2-column groups as
