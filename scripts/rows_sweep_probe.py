@@ -18,7 +18,8 @@ import time
 from jbs.bench import runners
 from jbs.bench.cases import Case
 
-SWITCHES = ("JBS_WGMMA", "JBS_GROUPS", "JBS_GROUP_TMA", "JBS_MID_SLICES", "JBS_STREAM_WS")
+SWITCHES = ("JBS_WGMMA", "JBS_GROUPS", "JBS_GROUP_TMA", "JBS_MID_SLICES", "JBS_STREAM_WS", "JBS_STREAM_EVEN",
+            "JBS_STREAM_EVEN_GROUP")
 
 
 def apply_setting(setting: str) -> None:
