@@ -231,7 +231,7 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
 # JBS_STREAM_EVEN / JBS_STREAM_WS / JBS_STREAM_GROUPS / JBS_STREAM_EVEN_GROUP settings that
 # force each small-N kernel with a split reduction (the even-split and warp-specialized ones
 # exist on sm_90 only, the even-split one for bs 16-64 and not for fp32 at HIGHEST, its group
-# variant for 16-bit types at bs 8 and 16 up to 32 rows; elsewhere a case runs the fallback).
+# variant for 16-bit types at bs 8, 16 and 32 up to 32 rows; elsewhere a case runs the fallback).
 SMALL_N_SPLIT_ENV = ("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS", "JBS_STREAM_EVEN_GROUP")
 SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0"), "warp-specialized": ("0", "1", "0", "0"),
                        "even-split": ("1", "0", "0", "0"), "even-split-groups": ("0", "0", "0", "1")}
@@ -274,7 +274,7 @@ def test_small_n_split_kernels(rng, monkeypatch, path, bs, dtype, n):
                                         (jnp.bfloat16, 16, 64), (jnp.float32, 64, 40)])
 def test_warp_specialized_small_n_kernel_over_long_item_lists(rng, monkeypatch, dtype, bs, n):
     """The warp-specialized small-N kernel (bsmm_stream_ws_kernel.cuh; the default for fp32 at
-    bs 32 and density 1/2) over 4096 x 4096 weights: each CTA walks hundreds of union items,
+    bs 32 where union items carry enough blocks) over 4096 x 4096 weights: each CTA walks hundreds of union items,
     enough for a producer warp to run rounds ahead of another. Its rings hold 6 stages (fp32,
     64 rows), 9 (16 rows) or 13 (bf16): each stage must keep one producer warp, or a stage is
     refilled while still in use (it crashed with an mbarrier over-arrival at fp32, 64 rows)."""
@@ -290,18 +290,41 @@ def test_warp_specialized_small_n_kernel_over_long_item_lists(rng, monkeypatch, 
     np.testing.assert_array_equal(np.asarray(fwd(x, w)), np.asarray(y))
 
 
-@pytest.mark.parametrize("dtype,bs,columns", [(jnp.bfloat16, 32, 32), (jnp.float16, 16, 128),
-                                              (jnp.bfloat16, 8, 128)])
+@pytest.mark.parametrize("density", [0.5, 1.0])
+def test_warp_specialized_small_n_kernel_default_follows_memory_bandwidth(rng, monkeypatch, density):
+    """fp32 at bs 32 and 32 rows takes the warp-specialized small-N kernel by default where its
+    union items carry >= 2 blocks on GPUs of up to 4 TB/s of HBM (an H100), >= 3 above (an
+    H200, where the one-column kernel won at density 1/2; bsmm_launch.cuh min_stream_ws_reuse):
+    density 1 (4 blocks per item) takes it everywhere, density 1/2 (~2.1) on the slower memory
+    only. Against float64."""
+    from test_conv_gpu import kernel_names
+    runtime = pytest.importorskip("cupy").cuda.runtime
+    device = runtime.getDevice()
+    peak = 2 * 1e3 * runtime.deviceGetAttribute(36, device) * runtime.deviceGetAttribute(37, device) / 8
+    for name in SMALL_N_SPLIT_ENV:
+        monkeypatch.delenv(name, raising=False)
+    bsmm = jbs.BlockSparseMatMul(jbs.layouts.random(48, 48, density=density, seed=5), 32)
+    x = random_array(rng, (32, bsmm.shape[0]), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    fwd = jax.jit(lambda x, w: bsmm(x, w))
+    expected = density == 1.0 or peak <= 4e12
+    assert any("bsmm_stream_ws_kernel" in name for name in kernel_names(fwd, x, w)) == expected, peak
+    assert rel_error(fwd(x, w), f64(x) @ dense_f64(bsmm, w)) < tolerance(jnp.float32)
+
+
+@pytest.mark.parametrize("dtype,bs,columns,density", [(jnp.bfloat16, 32, 32, 0.6), (jnp.bfloat16, 32, 128, 0.95),
+                                                      (jnp.float16, 16, 128, 0.6), (jnp.bfloat16, 8, 128, 0.6)])
 def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, monkeypatch, dtype, bs,
-                                                                         columns):
+                                                                         columns, density):
     """Without JBS_STREAM_EVEN(_GROUP), 16-bit weights of >= 24 MiB take the even-split kernel
-    at bs 32 and its column-group variant at bs 8 / 16 (union items of ~4.8 / ~9.6 blocks here;
-    the pieces' scratch, row tile x `columns` floats, is in the compiled HLO), power-law layout
-    with an empty row and column, fwd and dx against float64, bit for bit on a repeat."""
+    at bs 32 and its column-group variant at bs 8 / 16 (union items of ~4.8 / ~9.6 blocks here)
+    and at bs 32 where the union items carry >= 3 blocks (~3.8 at density 0.95); the pieces'
+    scratch, row tile x `columns` floats, is in the compiled HLO. Power-law layout with an
+    empty row and column, fwd and dx against float64, bit for bit on a repeat."""
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
     monkeypatch.delenv("JBS_STREAM_EVEN_GROUP", raising=False)
     side = 4096 // bs  # >= 24 MiB of blocks: 12288 of 32 x 32, 49152 of 16 x 16
-    layout = heavy_column_layout(rng, side, int(side * 1.5), density=0.6)
+    layout = heavy_column_layout(rng, side, int(side * 1.5), density=density)
     bsmm = jbs.BlockSparseMatMul(layout, bs)
     assert bsmm.nnz * bs * bs * 2 >= 24 << 20
     x = random_array(rng, (29, bsmm.shape[0]), dtype)

@@ -424,17 +424,19 @@ def _group_tables(num_groups: int, items_per_group: int):
     ("", 2, 8, 32, 589824, 135168, 0),                    # bs 8, reuse 4.4 < 7
     ("", 2, 16, 33, 49152, 12288, 0),                     # more than 32 rows
     ("", 4, 16, 32, 49152, 12288, 0),                     # fp32 never
-    ("", 2, 32, 32, 49152, 12288, 0),                     # bs 32 never
+    ("", 2, 32, 32, 49152, 12288, 2 * 1280 * 32 * 128),  # bs 32 at reuse 4
+    ("", 2, 32, 32, 49152, 24576, 0),                     # ... not at reuse 2
     ("1", 2, 8, 32, 100, 88, 2 * 88 * 32 * 128),          # forced: any reuse, warps <= items
+    ("1", 2, 32, 32, 100, 88, 2 * 88 * 32 * 128),         # bs 32 only when forced
     ("0", 2, 16, 32, 49152, 12288, 0),
 ])
 def test_small_n_scratch_of_the_even_split_group_kernel(monkeypatch, setting, itemsize, block_size,
                                                         rows, nnz, union_items, expected):
     """The even-split kernel over column groups (bsmm_launch.cuh use_stream_even_group) gets
     two pieces of row tile x 128 floats per warp, for at most 1280 warps, where it would run:
-    16-bit types at bs 8 and 16 up to 32 rows, by default with >= 16 MiB of weights and
-    union items of >= 1.2 (bs 16) / 7 (bs 8) blocks; JBS_STREAM_EVEN_GROUP=1 forces it and =0
-    disables it."""
+    16-bit types at bs 8, 16 and 32 up to 32 rows, by default with >= 16 MiB of weights and
+    union items of >= 1.2 (bs 16) / 3 (bs 32) / 7 (bs 8) blocks; JBS_STREAM_EVEN_GROUP=1
+    forces it and =0 disables it."""
     monkeypatch.setenv("JBS_STREAM_EVEN_GROUP", setting)
     offsets, items = _group_tables(4, union_items // 4)
     size = lowering._stream_even_group_scratch_floats(1, rows, itemsize, block_size, nnz, offsets,

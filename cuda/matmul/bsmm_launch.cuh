@@ -696,9 +696,14 @@ inline int64_t stream_ws_max_ctas(const BsmmBlocksArgs& a, int64_t row_tile) {
 // one-column kernel, benchmarks/NOTES.md, session 10): fp32 at bs 32 and density 1/2
 // (reuse = nnz / union items 2.1) fwd 1.16x faster, dx 1.0x; bf16 bs 32 0.96-1.0x at
 // densities 1 and 1/2, and 0.3-0.7x at 1/8 and below, bs 8 / 16 slower everywhere.
-// jbs/_src/lowering.py reserves the scratch by the same rule.
+// On an H200 (session 40, fp32 bs 32, same shape) the one-column kernel won at density 1/2
+// (fwd 98.6 against 117.8 us, dx 100.1 against 116.0) and this one at density 1 (reuse 4:
+// 171.7 against 218.6 us of the column-group kernel, dx 183.9 against 225.1): so from reuse 3
+// on GPUs with more than kStreamWsFastMemory of HBM bandwidth. jbs/_src/lowering.py reserves
+// the scratch from reuse 2 (a superset: an unused reservation costs only the room).
 inline constexpr int min_stream_ws_fp32_block = 32;
-inline constexpr double min_stream_ws_reuse = 2.0;
+inline constexpr double kStreamWsFastMemory = 4e12;  // bytes / s: above an H100's, below an H200's
+inline double min_stream_ws_reuse() { return device_peak_memory_bytes_per_s() > kStreamWsFastMemory ? 3.0 : 2.0; }
 
 template <typename T, int BS>
 bool use_stream_ws(const BsmmBlocksArgs& a) {
@@ -711,7 +716,7 @@ bool use_stream_ws(const BsmmBlocksArgs& a) {
   }
   if (stream_ws_max_ctas(a, stream_row_tile_host(a.rows)) < 1) return false;
   const double reuse = static_cast<double>(a.nnz) / static_cast<double>(a.num_group_items);
-  return env == 1 || (sizeof(T) == 4 && BS == min_stream_ws_fp32_block && reuse >= min_stream_ws_reuse);
+  return env == 1 || (sizeof(T) == 4 && BS == min_stream_ws_fp32_block && reuse >= min_stream_ws_reuse());
 }
 
 template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
@@ -814,7 +819,7 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
 }
 
 // Whether the even-split kernel over column groups (bsmm_stream_even_group_kernel.cuh)
-// serves this call: sm_90, 16-bit types at bs 8 and 16, N <= 32, the large-N
+// serves this call: sm_90, 16-bit types at bs 8, 16 and 32, N <= 32, the large-N
 // group tables (width 128 / bs) passed, at most kStreamEvenGroupMaxGroups groups,
 // and only if the lowering reserved its scratch (jbs/_src/lowering.py:
 // _stream_even_group_scratch_floats, same rule). JBS_STREAM_EVEN_GROUP=1 forces
@@ -826,8 +831,12 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
 //          1/16 (reuse 1.24) 29 vs 31, 1/32 (reuse 1.12) 24 vs 15;
 //   bs 8: density 1 (reuse 16) 183 vs 284, 1/2 (reuse 8) 137 vs 147, 1/4
 //          (reuse 4.3) 115 vs 79: its per-item cost is still ~2x bs 16's.
+// At bs 32 (6 warps of 3 stages) on an H200 (session 40) against the one-column even walk,
+// bf16 us at N = 32 / 16: density 1 (reuse 4) fwd 92 vs 114 / 87 vs 91, dx 94 vs 113 / 89 vs
+// 89; 1/2 (reuse 2.1) 60 vs 61 / 53 vs 49; 1/4 and below 1.15-1.5x slower (fewer items in
+// flight than the one-column walk's 8 warps of 5 stages, each with fewer blocks to feed).
 inline constexpr int64_t kStreamEvenGroupMinBytes = int64_t(16) << 20;
-inline double stream_even_group_min_reuse(int bs) { return bs == 8 ? 7.0 : 1.2; }
+inline double stream_even_group_min_reuse(int bs) { return bs == 8 ? 7.0 : (bs == 16 ? 1.2 : 3.0); }
 inline int stream_even_group_env() { return env_switch("JBS_STREAM_EVEN_GROUP"); }
 
 // Scratch of the kernel: (groups, 2 * warps, row_tile * 128) fp32 pieces.
@@ -838,7 +847,7 @@ inline int64_t stream_even_group_max_warps(const BsmmBlocksArgs& a, int64_t row_
 template <typename T, int BS>
 bool use_stream_even_group(const BsmmBlocksArgs& a) {
   const int env = stream_even_group_env();
-  if (env == 0 || !kIs16Bit<T> || (BS != 8 && BS != 16) || a.gathered || a.rows > 32 ||
+  if (env == 0 || !kIs16Bit<T> || BS > 32 || a.gathered || a.rows > 32 ||
       a.group_offsets == nullptr || a.group_items == nullptr || a.group_width != 128 / BS ||
       a.num_group_items < 1 || a.num_groups > kStreamEvenGroupMaxGroups || a.scratch == nullptr ||
       stream_even_group_max_warps(a, stream_row_tile_host(a.rows)) < 1 || !device_is_sm90()) {
@@ -1311,7 +1320,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
           return dispatch_stream_row_tile(a.rows, [&](auto tn_c) {
             constexpr int TN = decltype(tn_c)::value;
-            if constexpr (kIs16Bit<T> && (BS == 8 || BS == 16) && TN <= 32) {
+            if constexpr (kIs16Bit<T> && BS <= 32 && TN <= 32) {
               if (use_stream_even_group<T, BS>(a)) return launch_stream_even_group_variant<T, BS, TRANS, TN>(a, stream);
             }
             if constexpr (BS >= 16 && !PRECISE) {

@@ -1,4 +1,4 @@
-// Small-N fwd / dx over column groups (N <= 32, 16-bit types, bs 8 and 16,
+// Small-N fwd / dx over column groups (N <= 32, 16-bit types, bs 8, 16 and 32,
 // sm_90): the even-split walk of bsmm_stream_even_kernel.cuh, where each item
 // is a *union item* of a group of P = 128 / bs output columns (tables._groups,
 // the large-N kernels' tables) instead of a single weight block.
@@ -7,7 +7,9 @@
 // bs x bs weight block. At bs 16 that is 2x the weight bytes again, at bs 8 4x
 // (and its 16-byte rows are half sectors), so the L2 -> SM traffic is 3x / 5x
 // the weights and bounds those block sizes at 2.5-2.8x the memory floor
-// (benchmarks/NOTES.md, session 13). A union item is one activation tile (the
+// (benchmarks/NOTES.md, session 13). At bs 32 the tiles are 1x the weight bytes,
+// which on an H200 cost the one-column walk 1.36x at density 1/2 (session 40);
+// there this kernel pays where items carry >= 3 blocks (density ~3/4 and up). A union item is one activation tile (the
 // input block) and the group's weight blocks in that input row: one tile load
 // feeds every present block, nnz / union items of them (~4 at bs 16, ~8 at bs 8
 // for density 1/2).
@@ -37,7 +39,8 @@ inline constexpr int kStreamEvenGroupMaxGroups = 1024;
 
 template <typename T, int BS, bool TRANS, int TN>
 struct StreamEvenGroupConfig {
-  static_assert(kIs16Bit<T> && (BS == 8 || BS == 16) && (TN == 16 || TN == 32), "16-bit, bs 8/16, N <= 32");
+  static_assert(kIs16Bit<T> && (BS == 8 || BS == 16 || BS == 32) && (TN == 16 || TN == 32),
+                "16-bit, bs 8/16/32, N <= 32");
   static constexpr int P = 128 / BS;  // columns per group (tables.group_width)
   static constexpr int kRowInts = 1 + P;
   static constexpr int kMT = TN / 16;
@@ -50,7 +53,9 @@ struct StreamEvenGroupConfig {
   static constexpr bool kBulkW = BS >= 16;  // dx: a bulk copy per block, else cp.async
   static constexpr int kStageElems = kXElems + P * kWElems;
   static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
-  static constexpr int kWarps = 8;
+  // A bs 32 stage has room for P = 4 blocks of 2 KB: with 8 warps only 2 stages per warp
+  // would fit (one item in flight while another is read), so 6 warps of 3.
+  static constexpr int kWarps = BS == 32 ? 6 : 8;
   static constexpr int kThreads = 32 * kWarps;
   // Two batches of 32 table rows per warp, after the rings.
   static constexpr int kRowBufInts = 2 * 32 * kRowInts;
