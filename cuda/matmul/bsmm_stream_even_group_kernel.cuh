@@ -9,10 +9,10 @@
 // the weights and bounds those block sizes at 2.5-2.8x the memory floor
 // (benchmarks/NOTES.md, session 13). At bs 32 the tiles are 1x the weight bytes,
 // which on an H200 cost the one-column walk 1.36x at density 1/2 (session 40);
-// there this kernel pays where items carry >= 3 blocks (density ~3/4 and up). A union item is one activation tile (the
-// input block) and the group's weight blocks in that input row: one tile load
-// feeds every present block, nnz / union items of them (~4 at bs 16, ~8 at bs 8
-// for density 1/2).
+// there this kernel pays where items carry >= 3 blocks (density ~3/4 and up).
+// A union item is one activation tile (the input block) and the group's weight
+// blocks in that input row: one tile load feeds every present block, nnz / union
+// items of them (~4 at bs 16, ~8 at bs 8 for density 1/2).
 //
 // Work and output as the one-column even kernel: warp gw of W takes union items
 // [E gw / W, E (gw + 1) / W) of the E in the table and walks them through its
