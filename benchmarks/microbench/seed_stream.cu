@@ -19,6 +19,11 @@
 // bulk-copied weights (its pattern) with and without activation tiles, and for one launch of
 // each walk every warp's start and end (%globaltimer, the SM's clock) and SM id: how long the
 // grid waits for its slowest SMs, and which SMs those are (benchmarks/NOTES.md, session 28).
+// argv "slab": a walk that keeps each CTA's activation slab in shared memory (benchmarks/NOTES.md,
+// session 40, next step 1): CTA (r, q) loads x[:, k-range r] once (KR input blocks) and streams the
+// weight blocks of that k-range for its share of the output columns, writing one fp32 partial per
+// (k-range, column) that a sum kernel would add (not timed here: ~R x 1.5 MB of partials read back).
+// Against the persistent walk with a tile per item and the jbs even walk, in one run.
 // argv "pdl": the jbs even walk alone, with its sum kernel launched the ordinary way, and with
 // the sum kernel launched early (programmatic dependent launch, as jbs does since session 36),
 // each as back-to-back stream launches and as one CUDA graph of the whole chain (what XLA's
@@ -225,6 +230,109 @@ __global__ void read_stream(const uint4* buf, int64_t n, float* sink) {
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) sink[0] = 1.f;
+}
+
+// The slab walk (argv "slab"). Each warp's items are a host-built list (SlabParams): weight
+// block, and (tile in the slab) | (output column << 8) | (last of its column << 31). The warp
+// streams the weight blocks through its own ring by bulk copies (as the jbs even walk does) and
+// reads the activation fragments from the slab; at the last item of a column it stores the
+// fp32 partial (fragment order, 4 KB) unless STORE is false.
+struct SlabParams {
+  const void* x;            // (kN, kC) row-major
+  const void* w;            // (nnz, kBS, kBS)
+  const int2* items;        // per warp, concatenated
+  const int* warp_offsets;  // (ctas * NW + 1)
+  float* partials;          // (k-ranges, kBlocks, kN * kBS)
+};
+
+template <int KR>
+struct SlabLayout {
+  static constexpr int kLdX = kBS + 8;                  // the tiles' padded rows, as the walks'
+  static constexpr int kTileElems = kN * kLdX;
+  static constexpr int kSlabBytes = KR * kTileElems * 2;  // 16-bit
+  static constexpr int kBlockBytes = kBS * kBS * 2;
+};
+
+template <int KR, int NW, int S, bool STORE>
+__global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
+  using L = SlabLayout<KR>;
+  using T = __nv_bfloat16;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[NW][S];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int k_range = blockIdx.y;
+  T* const slab = reinterpret_cast<T*>(smem_raw);
+  T* const ring = reinterpret_cast<T*>(smem_raw + L::kSlabBytes) + warp * S * (kBS * kBS);
+  const T* const w = static_cast<const T*>(p.w);
+  const int list = blockIdx.y * gridDim.x * NW + blockIdx.x * NW + warp;
+  const int base = p.warp_offsets[list];
+  const int cnt = p.warp_offsets[list + 1] - base;
+  if (lane == 0) {
+    for (int s = 0; s < S; ++s) mbarrier_init(&bars[warp][s], 1);
+    mbarrier_init_fence();
+  }
+  __syncwarp();
+  auto issue = [&](int stage, int t) {
+    if (lane == 0) {
+      const int wb = __ldg(&p.items[base + t].x);
+      fence_proxy_async();  // this warp's ldmatrix reads of the stage before the copy's writes
+      mbarrier_arrive_expect_tx(&bars[warp][stage], L::kBlockBytes);
+      bulk_copy_g2s(ring + stage * (kBS * kBS), w + static_cast<int64_t>(wb) * kBS * kBS, L::kBlockBytes,
+                    &bars[warp][stage]);
+    }
+  };
+  // The weight loads start before the slab lands; the slab is one cp.async group.
+  for (int s = 0; s < S - 1 && s < cnt; ++s) issue(s, s);
+  const T* const x = static_cast<const T*>(p.x) + static_cast<int64_t>(k_range) * KR * kBS;
+  constexpr int kChunks = KR * kN * (kBS * 2 / 16);  // 16-byte pieces of the slab
+  for (int i = threadIdx.x; i < kChunks; i += NW * 32) {
+    const int tile = i / (kN * kBS * 2 / 16);
+    const int rem = i % (kN * kBS * 2 / 16);
+    const int row = rem / (kBS * 2 / 16);
+    const int piece = rem % (kBS * 2 / 16);
+    cp_async_16(slab + tile * L::kTileElems + row * L::kLdX + piece * 8,
+                x + static_cast<int64_t>(row) * kC + tile * kBS + piece * 8, 16);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  float acc[2][4][4] = {};
+  int read_stage = 0, write_stage = S - 1;
+  uint32_t phase = 0;
+  for (int t = 0; t < cnt; ++t) {
+    mbarrier_wait(&bars[warp][read_stage], phase);
+    __syncwarp();
+    if (t + S - 1 < cnt) issue(write_stage, t + S - 1);
+    const int meta = __ldg(&p.items[base + t].y);
+    const T* xs = slab + (meta & 0xff) * L::kTileElems;
+    const T* ws = ring + read_stage * (kBS * kBS);
+#pragma unroll
+    for (int k0 = 0; k0 < kBS; k0 += 16)
+      warp_mma_step<T, 2, 4, 16, false, true, false, false>(acc, xs, L::kLdX, 0, ws, kBS, 0, k0, lane);
+    __syncwarp();
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
+    if (read_stage == 0) phase ^= 1u;
+    if (meta < 0) {  // the column's last item here: its partial
+      const int column = (meta >> 8) & 0x7fffff;
+      float4* dst = reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(k_range) * kBlocks + column) * kN * kBS);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          if constexpr (STORE) {
+            __stcg(dst + (mt * 4 + nt) * 32 + lane, make_float4(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2],
+                                                                acc[mt][nt][3]));
+          } else if (acc[mt][nt][0] == 1.2345e-30f) {
+            dst[lane] = make_float4(0.f, 0.f, 0.f, 0.f);  // keeps the work alive
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+        }
+    }
+  }
 }
 
 // Where the problem's buffers come from: cudaMalloc, or, when this file is built as a library
@@ -501,6 +609,77 @@ static void run_even(const char* dtype, const char* density, Problem& pr, bool w
   std::fflush(stdout);
 }
 
+static bool g_slab = false;  // argv "slab"
+
+// The slab walk on pr: R = kBlocks / KR k-ranges x Q column shares of NW warps each. The host
+// cuts each k-range's items (from pr's column-order list) into the warps' lists, a warp taking
+// whole columns, CTA q the columns [kBlocks q / Q, kBlocks (q + 1) / Q), its warps each about an
+// equal share of the CTA's items.
+template <int KR, int NW, int S, bool STORE>
+static void run_slab(const char* dtype, const char* density, Problem& pr, int Q) {
+  using L = SlabLayout<KR>;
+  constexpr int R = kBlocks / KR;
+  std::vector<int2> col_items(pr.nnz);
+  std::vector<int> offsets(kBlocks + 1);
+  CHECK(cudaMemcpy(col_items.data(), pr.items, pr.nnz * sizeof(int2), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(offsets.data(), pr.col_offsets, offsets.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  std::vector<int2> lists;
+  std::vector<int> warp_offsets{0};
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < Q; ++q) {
+      const int c0 = kBlocks * q / Q, c1 = kBlocks * (q + 1) / Q;
+      std::vector<std::vector<int2>> per_column;
+      int total = 0;
+      for (int c = c0; c < c1; ++c) {
+        std::vector<int2> mine;
+        for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
+          const int row = col_items[i].y;
+          if (row / KR == r) mine.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
+        }
+        if (!mine.empty()) mine.back().y |= int(0x80000000u);
+        total += static_cast<int>(mine.size());
+        per_column.push_back(std::move(mine));
+      }
+      int taken = 0, column = 0;
+      for (int wi = 0; wi < NW; ++wi) {  // whole columns, until the warp's equal share is reached
+        const int target = total * (wi + 1) / NW;
+        while (column < static_cast<int>(per_column.size()) && (taken < target || wi == NW - 1)) {
+          lists.insert(lists.end(), per_column[column].begin(), per_column[column].end());
+          taken += static_cast<int>(per_column[column].size());
+          ++column;
+        }
+        warp_offsets.push_back(static_cast<int>(lists.size()));
+      }
+    }
+  }
+  int2* d_items = nullptr;
+  int* d_offsets = nullptr;
+  float* partials = nullptr;
+  CHECK(cudaMalloc(&d_items, std::max<size_t>(1, lists.size()) * sizeof(int2)));
+  CHECK(cudaMalloc(&d_offsets, warp_offsets.size() * sizeof(int)));
+  CHECK(cudaMalloc(&partials, size_t(R) * kBlocks * kN * kBS * sizeof(float)));
+  CHECK(cudaMemcpy(d_items, lists.data(), lists.size() * sizeof(int2), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(d_offsets, warp_offsets.data(), warp_offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
+  auto kernel = seed_slab<KR, NW, S, STORE>;
+  const int smem = L::kSlabBytes + NW * S * L::kBlockBytes;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  SlabParams p{pr.x, nullptr, d_items, d_offsets, partials};
+  const dim3 grid(Q, R);
+  const double us = time_us(
+      [&](int c) {
+        p.w = pr.w[c];
+        kernel<<<grid, NW * 32, smem>>>(p);
+      },
+      pr.copies);
+  const double floor_us = pr.w_bytes / g_copy_bw;
+  std::printf("| %s | %s | slab KR %d, %d x %d CTAs%s | %d x %d | 1/SM | slab w1 | mma | %.1f | %.1f | %.2f |\n", dtype,
+              density, KR, R, Q, STORE ? "" : ", partials not stored", NW, S, us, floor_us, us / floor_us);
+  std::fflush(stdout);
+  CHECK(cudaFree(d_items));
+  CHECK(cudaFree(d_offsets));
+  CHECK(cudaFree(partials));
+}
+
 static bool g_pdl = false;  // argv "pdl"
 
 // us per call of `launch` (on `stream`) over `reps` calls: as stream launches, or
@@ -581,6 +760,20 @@ static void sweep(const char* dtype, const char* dname, double density, bool ful
     free_problem(pr);
     return;
   }
+  if (g_slab) {
+    if constexpr (sizeof(T) == 2) {
+      run_even<T, false>(dtype, dname, pr);
+      run_even<T, false>(dtype, dname, pr, false);
+      run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 0, 1, true>(dtype, dname, pr);  // no activation tiles: weights alone
+      run_slab<48, 8, 5, true>(dtype, dname, pr, 16);     // 8 k-ranges x 16 column shares = 128 CTAs
+      run_slab<48, 8, 5, false>(dtype, dname, pr, 16);
+      run_slab<64, 8, 3, true>(dtype, dname, pr, 22);     // 6 x 22 = 132 CTAs, a larger slab
+      run_slab<32, 8, 8, true>(dtype, dname, pr, 11);     // 12 x 11 = 132 CTAs, a deeper ring
+    }
+    free_problem(pr);
+    return;
+  }
   run_even<T, false>(dtype, dname, pr);
   run_even<T, true>(dtype, dname, pr);
   if (g_tail) {
@@ -649,6 +842,7 @@ static int seed_stream_main(int argc, char** argv) {
     g_random_data |= a == "normal";
     g_tail |= a == "tail";
     g_pdl |= a == "pdl";
+    g_slab |= a == "slab";
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -672,7 +866,7 @@ static int seed_stream_main(int argc, char** argv) {
   std::printf("| dtype | density | walk | warps x stages | CTAs | x / w copy | mma | us | floor us | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   sweep<__nv_bfloat16>("bf16", "1/2", 0.5, true);
-  if (g_tail || g_pdl) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
+  if (g_tail || g_pdl || g_slab) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
   sweep<__nv_bfloat16>("bf16", "1/8", 0.125, true);
   sweep<__nv_bfloat16>("bf16", "1/32", 1.0 / 32, false);
   sweep<__nv_bfloat16>("bf16", "1/64", 1.0 / 64, false);
