@@ -10,24 +10,16 @@ Prints one line per case and setting with us and the % of the dense rate on nonz
 
 import argparse
 import json
-import os
 import time
 
 from jbs.bench import runners
 from jbs.bench.cases import ConvCase
+from kernel_switches import apply_setting  # scripts/, beside this file
 
 SWITCHES = ("JBS_CONV_HALO", "JBS_CONV_HALO_SS", "JBS_CONV_STRIP", "JBS_CONV_STRIP_SPLIT",
             "JBS_CONV_STRIP_STAGES", "JBS_CONV_STRIP_FIXED_TAPS", "JBS_CONV_ROW_GROUP_DW",
             "JBS_CONV_PAIRED", "JBS_WS", "JBS_WGMMA", "JBS_GROUPS", "JBS_PANEL", "JBS_PANEL_DW",
             "JBS_DW_PANEL", "JBS_DW_STAGED")
-
-
-def apply_setting(setting: str) -> None:
-    for name in SWITCHES:
-        os.environ.pop(name, None)
-    for assignment in setting.split():
-        name, value = assignment.split("=")
-        os.environ[name] = value
 
 
 def parse_case(text: str, batch: int, size: int, channels: int) -> ConvCase:
@@ -49,10 +41,10 @@ def main():
     records, started = [], time.time()
     for text in args.cases:
         case = parse_case(text, args.batch, args.size, args.channels)
-        apply_setting("")
+        apply_setting("", SWITCHES)
         dense_us = runners.run_dense_conv(case)
         for setting in args.settings:
-            apply_setting(setting)
+            apply_setting(setting, SWITCHES)
             us = runners.run_jbs_conv(case)
             # % of the dense rate counting nonzero blocks only: dense time x density / jbs time.
             percent = 100 * dense_us * case.density / us
@@ -62,7 +54,7 @@ def main():
                   f"dense {dense_us:.1f} us, {percent:.0f}% of the dense rate", flush=True)
             with open(args.out, "w") as f:
                 json.dump(records, f, indent=1)
-    apply_setting("")
+    apply_setting("", SWITCHES)
 
 
 if __name__ == "__main__":

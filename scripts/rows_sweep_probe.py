@@ -17,17 +17,10 @@ import time
 
 from jbs.bench import runners
 from jbs.bench.cases import Case
+from kernel_switches import apply_setting  # scripts/, beside this file
 
 SWITCHES = ("JBS_WGMMA", "JBS_GROUPS", "JBS_GROUP_TMA", "JBS_MID_SLICES", "JBS_STREAM_WS", "JBS_STREAM_EVEN",
             "JBS_STREAM_EVEN_GROUP")
-
-
-def apply_setting(setting: str) -> None:
-    for name in SWITCHES:
-        os.environ.pop(name, None)
-    for assignment in setting.split():
-        name, value = assignment.split("=")
-        os.environ[name] = value
 
 
 def main():
@@ -55,12 +48,12 @@ def main():
                             record["dense_us"] = runners.run_dense(case)
                         line = [f"{time.time() - started:5.0f}s {op} {dtype} bs={block_size} 1/{inverse} N={rows}:"]
                         for setting in args.settings:
-                            apply_setting(setting)
+                            apply_setting(setting, SWITCHES)
                             us = runners.run_jbs(case)
                             record[setting or "default"] = us
                             line.append(f"[{setting or 'default'}] {us:.1f} us ({us * 64 / rows:.1f}/64 rows, "
                                         f"{case.flops() / us * 1e-6:.0f} TF/s)")
-                        apply_setting("")
+                        apply_setting("", SWITCHES)
                         if args.dense:
                             line.append(f"dense {record['dense_us']:.1f}")
                         records.append(record)
