@@ -20,9 +20,11 @@
 // each walk every warp's start and end (%globaltimer, the SM's clock) and SM id: how long the
 // grid waits for its slowest SMs, and which SMs those are (benchmarks/NOTES.md, session 28).
 // argv "slab": a walk that keeps each CTA's activation slab in shared memory (benchmarks/NOTES.md,
-// session 40, next step 1): CTA (r, q) loads x[:, k-range r] once (KR input blocks) and streams the
+// sessions 40-41): CTA (r, q) loads x[:, k-range r] once (KR input blocks) and streams the
 // weight blocks of that k-range for its share of the output columns, writing one fp32 partial per
-// (k-range, column) that a sum kernel would add (not timed here: ~R x 1.5 MB of partials read back).
+// (k-range, column) piece that a sum kernel would add (not timed: ~R x 1.5 MB of partials read
+// back); three ways of cutting the items into warps' shares (SlabSplit), and with the sums inside
+// the kernel (run_slab_sum: the R CTAs of a share in one cluster, checked against the jbs walk).
 // Against the persistent walk with a tile per item and the jbs even walk, in one run.
 // argv "pdl": the jbs even walk alone, with its sum kernel launched the ordinary way, and with
 // the sum kernel launched early (programmatic dependent launch, as jbs does since session 36),
@@ -242,7 +244,15 @@ struct SlabParams {
   const void* w;            // (nnz, kBS, kBS)
   const int2* items;        // per warp, concatenated
   const int* warp_offsets;  // (ctas * NW + 1)
-  float* partials;          // (k-ranges, kBlocks, kN * kBS)
+  float* partials;          // (k-ranges, kBlocks, kN * kBS); with SUM, (pieces, kN * kBS)
+  // SUM only: the warps' pieces' slots (warp list i's k-th piece: piece_slots[piece_base[i] + k]),
+  // each column's slots [column_slots[c], column_slots[c + 1]) in (k-range, warp) order, the
+  // column shares' bounds, and the output (kN, kC) written by the cluster's sums.
+  const int* piece_base;
+  const int* piece_slots;
+  const int* column_slots;
+  const int* share_cols;
+  void* out;
 };
 
 template <int KR>
@@ -253,7 +263,10 @@ struct SlabLayout {
   static constexpr int kBlockBytes = kBS * kBS * 2;
 };
 
-template <int KR, int NW, int S, bool STORE>
+// With SUM the grid is (R, Q) in clusters of the R CTAs of one column share (x = the k-range):
+// after the walk a cluster barrier orders every piece of the share before the cluster's warps
+// add each column's pieces in a fixed order and write it. No second kernel.
+template <int KR, int NW, int S, bool STORE, bool LOAD, bool SUM = false>
 __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
   using L = SlabLayout<KR>;
   using T = __nv_bfloat16;
@@ -261,7 +274,7 @@ __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
   __shared__ __align__(8) uint64_t bars[NW][S];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int k_range = blockIdx.y;
+  const int k_range = SUM ? blockIdx.x : blockIdx.y;
   T* const slab = reinterpret_cast<T*>(smem_raw);
   T* const ring = reinterpret_cast<T*>(smem_raw + L::kSlabBytes) + warp * S * (kBS * kBS);
   const T* const w = static_cast<const T*>(p.w);
@@ -273,9 +286,21 @@ __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
     mbarrier_init_fence();
   }
   __syncwarp();
+  // The warp's items come 32 at a time, one per lane, a batch ahead (as the persistent walk's):
+  // no global load between an item's arrival and its use.
+  auto fetch = [&](int batch) {
+    const int t = batch * 32 + lane;
+    return t < cnt ? __ldg(p.items + base + t) : make_int2(0, 0);
+  };
+  int2 issue_cur = fetch(0), issue_nxt = fetch(1);  // the batches being issued
+  int2 use_cur = issue_cur, use_nxt = issue_nxt;     // the batches being used
   auto issue = [&](int stage, int t) {
+    if ((t & 31) == 0 && t > 0) {
+      issue_cur = issue_nxt;
+      issue_nxt = fetch((t >> 5) + 1);
+    }
+    const int wb = __shfl_sync(0xffffffffu, issue_cur.x, t & 31);
     if (lane == 0) {
-      const int wb = __ldg(&p.items[base + t].x);
       fence_proxy_async();  // this warp's ldmatrix reads of the stage before the copy's writes
       mbarrier_arrive_expect_tx(&bars[warp][stage], L::kBlockBytes);
       bulk_copy_g2s(ring + stage * (kBS * kBS), w + static_cast<int64_t>(wb) * kBS * kBS, L::kBlockBytes,
@@ -286,7 +311,7 @@ __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
   for (int s = 0; s < S - 1 && s < cnt; ++s) issue(s, s);
   const T* const x = static_cast<const T*>(p.x) + static_cast<int64_t>(k_range) * KR * kBS;
   constexpr int kChunks = KR * kN * (kBS * 2 / 16);  // 16-byte pieces of the slab
-  for (int i = threadIdx.x; i < kChunks; i += NW * 32) {
+  for (int i = threadIdx.x; i < (LOAD ? kChunks : 0); i += NW * 32) {
     const int tile = i / (kN * kBS * 2 / 16);
     const int rem = i % (kN * kBS * 2 / 16);
     const int row = rem / (kBS * 2 / 16);
@@ -301,11 +326,16 @@ __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
   float acc[2][4][4] = {};
   int read_stage = 0, write_stage = S - 1;
   uint32_t phase = 0;
+  int pieces_done = 0;
   for (int t = 0; t < cnt; ++t) {
     mbarrier_wait(&bars[warp][read_stage], phase);
     __syncwarp();
     if (t + S - 1 < cnt) issue(write_stage, t + S - 1);
-    const int meta = __ldg(&p.items[base + t].y);
+    if ((t & 31) == 0 && t > 0) {
+      use_cur = use_nxt;
+      use_nxt = fetch((t >> 5) + 1);
+    }
+    const int meta = __shfl_sync(0xffffffffu, use_cur.y, t & 31);
     const T* xs = slab + (meta & 0xff) * L::kTileElems;
     const T* ws = ring + read_stage * (kBS * kBS);
 #pragma unroll
@@ -317,7 +347,9 @@ __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
     if (read_stage == 0) phase ^= 1u;
     if (meta < 0) {  // the column's last item here: its partial
       const int column = (meta >> 8) & 0x7fffff;
-      float4* dst = reinterpret_cast<float4*>(p.partials + (static_cast<int64_t>(k_range) * kBlocks + column) * kN * kBS);
+      const int64_t slot = SUM ? __ldg(p.piece_slots + __ldg(p.piece_base + list) + pieces_done++)
+                               : static_cast<int64_t>(k_range) * kBlocks + column;
+      float4* dst = reinterpret_cast<float4*>(p.partials + slot * kN * kBS);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -331,6 +363,33 @@ __global__ void __launch_bounds__(NW * 32) seed_slab(const SlabParams p) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
         }
+    }
+  }
+  if constexpr (SUM) {
+    // Every piece of the share is stored once each CTA of the cluster has passed the barrier
+    // (release / acquire at cluster scope; the fence covers the pieces' L2 writes).
+    __threadfence();
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    const int share = blockIdx.y;
+    const int c0 = __ldg(p.share_cols + share), c1 = __ldg(p.share_cols + share + 1);
+    for (int c = c0 + k_range * NW + warp; c < c1; c += gridDim.x * NW) {
+      const int s0 = __ldg(p.column_slots + c), s1 = __ldg(p.column_slots + c + 1);
+      float sum[2][4][4] = {};
+      for (int q = s0; q < s1; ++q) {
+        const float4* piece = reinterpret_cast<const float4*>(p.partials + static_cast<int64_t>(q) * kN * kBS);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const float4 v = __ldcg(piece + (mt * 4 + nt) * 32 + lane);
+            sum[mt][nt][0] += v.x;
+            sum[mt][nt][1] += v.y;
+            sum[mt][nt][2] += v.z;
+            sum[mt][nt][3] += v.w;
+          }
+      }
+      store_fragments<T, 2, 4>(static_cast<T*>(p.out) + c * kBS, kC, kN, sum, lane);
     }
   }
 }
@@ -611,12 +670,22 @@ static void run_even(const char* dtype, const char* density, Problem& pr, bool w
 
 static bool g_slab = false;  // argv "slab"
 
-// The slab walk on pr: R = kBlocks / KR k-ranges x Q column shares of NW warps each. The host
-// cuts each k-range's items (from pr's column-order list) into the warps' lists, a warp taking
-// whole columns, CTA q the columns [kBlocks q / Q, kBlocks (q + 1) / Q), its warps each about an
-// equal share of the CTA's items.
-template <int KR, int NW, int S, bool STORE>
-static void run_slab(const char* dtype, const char* density, Problem& pr, int Q) {
+// How the host cuts a k-range's items into the warps' lists (pr's column order throughout):
+//  kWholeColumns: CTA q takes the columns [kBlocks q / Q, kBlocks (q + 1) / Q), each warp whole
+//                 columns up to about an equal share of the CTA's items (session 40);
+//  kWarpCuts:     the same columns per CTA, the warps' shares exactly equal (columns cut);
+//  kCtaCuts:      the k-range's items cut into Q x NW exactly equal shares, across CTAs too.
+// A cut column ends a piece in each of its warps (timing only: the pieces share a partial slot).
+enum class SlabSplit { kWholeColumns, kWarpCuts, kCtaCuts };
+static const char* slab_split_name(SlabSplit split) {
+  return split == SlabSplit::kWholeColumns ? "" : split == SlabSplit::kWarpCuts ? ", warps' shares equal"
+                                                                                   : ", CTAs' and warps' shares equal";
+}
+
+// The slab walk on pr: R = kBlocks / KR k-ranges x Q shares of NW warps each.
+template <int KR, int NW, int S, bool STORE, bool LOAD = true>
+static void run_slab(const char* dtype, const char* density, Problem& pr, int Q,
+                     SlabSplit split = SlabSplit::kWholeColumns) {
   using L = SlabLayout<KR>;
   constexpr int R = kBlocks / KR;
   std::vector<int2> col_items(pr.nnz);
@@ -626,6 +695,25 @@ static void run_slab(const char* dtype, const char* density, Problem& pr, int Q)
   std::vector<int2> lists;
   std::vector<int> warp_offsets{0};
   for (int r = 0; r < R; ++r) {
+    if (split == SlabSplit::kCtaCuts) {  // the k-range's items in column order, Q x NW equal shares
+      std::vector<int2> range;
+      for (int c = 0; c < kBlocks; ++c) {
+        const size_t first = range.size();
+        for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
+          const int row = col_items[i].y;
+          if (row / KR == r) range.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
+        }
+        if (range.size() > first) range.back().y |= int(0x80000000u);
+      }
+      const int64_t total = static_cast<int64_t>(range.size());
+      for (int wi = 0; wi < Q * NW; ++wi) {
+        const int64_t b = total * wi / (Q * NW), e = total * (wi + 1) / (Q * NW);
+        lists.insert(lists.end(), range.begin() + b, range.begin() + e);
+        if (e > b) lists.back().y |= int(0x80000000u);
+        warp_offsets.push_back(static_cast<int>(lists.size()));
+      }
+      continue;
+    }
     for (int q = 0; q < Q; ++q) {
       const int c0 = kBlocks * q / Q, c1 = kBlocks * (q + 1) / Q;
       std::vector<std::vector<int2>> per_column;
@@ -639,6 +727,17 @@ static void run_slab(const char* dtype, const char* density, Problem& pr, int Q)
         if (!mine.empty()) mine.back().y |= int(0x80000000u);
         total += static_cast<int>(mine.size());
         per_column.push_back(std::move(mine));
+      }
+      if (split == SlabSplit::kWarpCuts) {  // exact equal shares: a column cut between two warps ends a piece in each
+        std::vector<int2> cta;
+        for (auto& mine : per_column) cta.insert(cta.end(), mine.begin(), mine.end());
+        for (int wi = 0; wi < NW; ++wi) {
+          const int b = total * wi / NW, e = total * (wi + 1) / NW;
+          lists.insert(lists.end(), cta.begin() + b, cta.begin() + e);
+          if (e > b) lists.back().y |= int(0x80000000u);
+          warp_offsets.push_back(static_cast<int>(lists.size()));
+        }
+        continue;
       }
       int taken = 0, column = 0;
       for (int wi = 0; wi < NW; ++wi) {  // whole columns, until the warp's equal share is reached
@@ -660,7 +759,7 @@ static void run_slab(const char* dtype, const char* density, Problem& pr, int Q)
   CHECK(cudaMalloc(&partials, size_t(R) * kBlocks * kN * kBS * sizeof(float)));
   CHECK(cudaMemcpy(d_items, lists.data(), lists.size() * sizeof(int2), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(d_offsets, warp_offsets.data(), warp_offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
-  auto kernel = seed_slab<KR, NW, S, STORE>;
+  auto kernel = seed_slab<KR, NW, S, STORE, LOAD>;
   const int smem = L::kSlabBytes + NW * S * L::kBlockBytes;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   SlabParams p{pr.x, nullptr, d_items, d_offsets, partials};
@@ -672,12 +771,159 @@ static void run_slab(const char* dtype, const char* density, Problem& pr, int Q)
       },
       pr.copies);
   const double floor_us = pr.w_bytes / g_copy_bw;
-  std::printf("| %s | %s | slab KR %d, %d x %d CTAs%s | %d x %d | 1/SM | slab w1 | mma | %.1f | %.1f | %.2f |\n", dtype,
-              density, KR, R, Q, STORE ? "" : ", partials not stored", NW, S, us, floor_us, us / floor_us);
+  std::printf("| %s | %s | slab KR %d, %d x %d CTAs%s%s%s | %d x %d | 1/SM | slab w1 | mma | %.1f | %.1f | %.2f |\n", dtype,
+              density, KR, R, Q, slab_split_name(split), STORE ? "" : ", partials not stored",
+              LOAD ? "" : ", slab not loaded", NW, S,
+              us, floor_us, us / floor_us);
   std::fflush(stdout);
   CHECK(cudaFree(d_items));
   CHECK(cudaFree(d_offsets));
   CHECK(cudaFree(partials));
+}
+
+// The slab walk with its sum inside (seed_slab<..., SUM = true>): Q column shares balanced by
+// their items, each walked by R = kBlocks / KR CTAs (one per k-range) forming one cluster, the
+// warps' shares of a CTA exactly equal. Checked against the jbs even walk and its sum kernel on
+// the same problem (bf16 out; the two add in different orders).
+template <int KR, int NW, int S>
+static void run_slab_sum(const char* dtype, const char* density, Problem& pr, int Q) {
+  using T = __nv_bfloat16;
+  using L = SlabLayout<KR>;
+  constexpr int R = kBlocks / KR;
+  std::vector<int2> col_items(pr.nnz);
+  std::vector<int> offsets(kBlocks + 1);
+  CHECK(cudaMemcpy(col_items.data(), pr.items, pr.nnz * sizeof(int2), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(offsets.data(), pr.col_offsets, offsets.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  std::vector<int> share_cols{0};
+  for (int q = 0, c = 0; q < Q; ++q) {  // share q ends where the running items reach nnz (q + 1) / Q
+    const int64_t target = pr.nnz * (q + 1) / Q;
+    while (c < kBlocks && (offsets[c + 1] <= target || q == Q - 1)) ++c;
+    share_cols.push_back(c);
+  }
+  struct Piece {
+    int column, order;
+  };
+  std::vector<int2> lists;
+  std::vector<int> warp_offsets{0}, piece_base{0};
+  std::vector<Piece> pieces;  // in list order
+  for (int q = 0; q < Q; ++q) {
+    for (int r = 0; r < R; ++r) {  // CTA (r, q) of the grid (R, Q); list (q R + r) NW + warp
+      std::vector<int2> cta;
+      for (int c = share_cols[q]; c < share_cols[q + 1]; ++c) {
+        const size_t first = cta.size();
+        for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
+          const int row = col_items[i].y;
+          if (row / KR == r) cta.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
+        }
+        if (cta.size() > first) cta.back().y |= int(0x80000000u);
+      }
+      const int total = static_cast<int>(cta.size());
+      for (int wi = 0; wi < NW; ++wi) {
+        const int b = total * wi / NW, e = total * (wi + 1) / NW;
+        for (int i = b; i < e; ++i) {
+          int2 item = cta[i];
+          if (i == e - 1) item.y |= int(0x80000000u);
+          lists.push_back(item);
+          if (item.y < 0) pieces.push_back({(item.y >> 8) & 0x7fffff, static_cast<int>(pieces.size())});
+        }
+        warp_offsets.push_back(static_cast<int>(lists.size()));
+        piece_base.push_back(static_cast<int>(pieces.size()));
+      }
+    }
+  }
+  // Slots: each column's pieces together, in list order ((k-range, warp) order within a share).
+  std::vector<Piece> sorted = pieces;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Piece& a, const Piece& b) { return a.column < b.column; });
+  std::vector<int> piece_slots(pieces.size()), column_slots(kBlocks + 1, 0);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    piece_slots[sorted[i].order] = static_cast<int>(i);
+    ++column_slots[sorted[i].column + 1];
+  }
+  for (int c = 0; c < kBlocks; ++c) column_slots[c + 1] += column_slots[c];
+  auto upload = [](const auto& v) {
+    using E = typename std::decay_t<decltype(v)>::value_type;
+    E* d = nullptr;
+    CHECK(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(E)));
+    CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(E), cudaMemcpyHostToDevice));
+    return d;
+  };
+  int2* d_items = upload(lists);
+  int* d_offsets = upload(warp_offsets);
+  int* d_piece_base = upload(piece_base);
+  int* d_piece_slots = upload(piece_slots);
+  int* d_column_slots = upload(column_slots);
+  int* d_share_cols = upload(share_cols);
+  float* partials = nullptr;
+  void* out = nullptr;
+  CHECK(cudaMalloc(&partials, std::max<size_t>(1, pieces.size()) * kN * kBS * sizeof(float)));
+  CHECK(cudaMalloc(&out, size_t(kN) * kC * sizeof(T)));
+  auto kernel = seed_slab<KR, NW, S, true, true, true>;
+  const int smem = L::kSlabBytes + NW * S * L::kBlockBytes;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (R > 8) CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  SlabParams p{pr.x, nullptr, d_items, d_offsets, partials, d_piece_base, d_piece_slots, d_column_slots, d_share_cols,
+               out};
+  const dim3 grid(R, Q);
+  {  // the grid must be resident at once: its clusters wait on each other's CTAs only, but a
+     // second wave would serialize the shares
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = R;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(NW * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    if (clusters < Q) std::printf("(only %d clusters of %d CTAs resident at once, for %d shares)\n", clusters, R, Q);
+  }
+  const double us = time_us(
+      [&](int c) {
+        p.w = pr.w[c];
+        CHECK(launch_kernel_in_clusters(kernel, grid, dim3(NW * 32), smem, nullptr, p, R));
+      },
+      pr.copies);
+  // Check: both on copy 0.
+  p.w = pr.w[0];
+  CHECK(launch_kernel_in_clusters(kernel, grid, dim3(NW * 32), smem, nullptr, p, R));
+  using Cfg = StreamEvenConfig<T, kBS, false, kN>;
+  auto even = bsmm_stream_even_kernel<T, kBS, false, kN, false>;
+  CHECK(cudaFuncSetAttribute(even, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, even, Cfg::kThreads, Cfg::kSmemBytes));
+  const int64_t warps = std::min<int64_t>(int64_t(g_sms) * per_sm * Cfg::kWarps, pr.nnz);
+  float* scratch = nullptr;
+  void* ref = nullptr;
+  CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
+  CHECK(cudaMalloc(&ref, size_t(kN) * kC * sizeof(T)));
+  StreamEvenParams ep = even_params(pr, scratch, ref, warps);
+  ep.w = pr.w[0];
+  even<<<static_cast<int>((warps + Cfg::kWarps - 1) / Cfg::kWarps), Cfg::kThreads, Cfg::kSmemBytes>>>(ep);
+  bsmm_stream_even_sum_kernel<T, kBS, kN, 1, 0><<<(kBlocks + 3) / 4, 128>>>(ep);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<T> got(size_t(kN) * kC), want(size_t(kN) * kC);
+  CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(want.data(), ref, want.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = __bfloat162float(got[i]), b = __bfloat162float(want[i]);
+    max_diff = std::max(max_diff, std::fabs(a - b));
+    max_ref = std::max(max_ref, std::fabs(b));
+  }
+  const double floor_us = pr.w_bytes / g_copy_bw;
+  std::printf("| %s | %s | slab KR %d, %d x %d CTAs in clusters of %d, sums inside (max |diff| %.3g of %.3g) | %d x %d "
+              "| 1/SM | slab w1 | mma | %.1f | %.1f | %.2f |\n",
+              dtype, density, KR, R, Q, R, max_diff, max_ref, NW, S, us, floor_us, us / floor_us);
+  std::fflush(stdout);
+  for (void* d : {static_cast<void*>(d_items), static_cast<void*>(d_offsets), static_cast<void*>(d_piece_base),
+                  static_cast<void*>(d_piece_slots), static_cast<void*>(d_column_slots),
+                  static_cast<void*>(d_share_cols), static_cast<void*>(partials), out, static_cast<void*>(scratch),
+                  ref})
+    CHECK(cudaFree(d));
 }
 
 static bool g_pdl = false;  // argv "pdl"
@@ -766,10 +1012,21 @@ static void sweep(const char* dtype, const char* dname, double density, bool ful
       run_even<T, false>(dtype, dname, pr, false);
       run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
       run<T, 8, 5, true, 0, 1, true>(dtype, dname, pr);  // no activation tiles: weights alone
-      run_slab<48, 8, 5, true>(dtype, dname, pr, 16);     // 8 k-ranges x 16 column shares = 128 CTAs
-      run_slab<48, 8, 5, false>(dtype, dname, pr, 16);
-      run_slab<64, 8, 3, true>(dtype, dname, pr, 22);     // 6 x 22 = 132 CTAs, a larger slab
-      run_slab<32, 8, 8, true>(dtype, dname, pr, 11);     // 12 x 11 = 132 CTAs, a deeper ring
+      // Session 40 ran the first four; session 41 showed that their warps' whole-column shares
+      // cost up to 1.43x (max / mean items) and added the even cuts.
+      constexpr SlabSplit kWarp = SlabSplit::kWarpCuts, kCta = SlabSplit::kCtaCuts;
+      run_slab<48, 8, 5, true>(dtype, dname, pr, 16);  // 8 k-ranges x 16 column shares = 128 CTAs
+      run_slab<48, 8, 5, true>(dtype, dname, pr, 16, kWarp);
+      run_slab<48, 8, 5, true>(dtype, dname, pr, 16, kCta);
+      run_slab<48, 8, 5, false>(dtype, dname, pr, 16, kCta);
+      run_slab<48, 8, 5, true, false>(dtype, dname, pr, 16, kCta);  // the slab's prologue's cost
+      run_slab<48, 8, 5, false, false>(dtype, dname, pr, 16, kCta);
+      run_slab<64, 8, 3, true>(dtype, dname, pr, 22, kCta);  // 6 x 22 = 132 CTAs, a larger slab
+      run_slab<32, 8, 8, true>(dtype, dname, pr, 11, kCta);  // 12 x 11 = 132 CTAs, a deeper ring
+      run_slab<32, 8, 8, true, false>(dtype, dname, pr, 11, kCta);
+      run_slab_sum<48, 8, 5>(dtype, dname, pr, 16);  // 16 clusters of 8
+      run_slab_sum<64, 8, 3>(dtype, dname, pr, 22);  // 22 clusters of 6
+      run_slab_sum<32, 8, 8>(dtype, dname, pr, 11);  // 11 clusters of 12 (beyond the portable 8)
     }
     free_problem(pr);
     return;
