@@ -26,6 +26,8 @@
 // back); three ways of cutting the items into warps' shares (SlabSplit), and with the sums inside
 // the kernel (run_slab_sum: the R CTAs of a share in one cluster, checked against the jbs walk).
 // Against the persistent walk with a tile per item and the jbs even walk, in one run.
+// argv "profile": only the persistent walk with and without its tiles (bf16, 1/2), to run under
+// Nsight Compute (benchmarks/NOTES.md, session 41, point 4).
 // argv "pdl": the jbs even walk alone, with its sum kernel launched the ordinary way, and with
 // the sum kernel launched early (programmatic dependent launch, as jbs does since session 36),
 // each as back-to-back stream launches and as one CUDA graph of the whole chain (what XLA's
@@ -997,9 +999,18 @@ static void run_even_pdl(const char* dtype, const char* density, Problem& pr) {
   CHECK(cudaFree(out));
 }
 
+static bool g_profile = false;  // argv "profile": the persistent walk with and without tiles, bf16 1/2 only
+
 template <typename T>
 static void sweep(const char* dtype, const char* dname, double density, bool full) {
+  if (g_profile && (sizeof(T) != 2 || density != 0.5)) return;
   Problem pr = make_problem(sizeof(T), density, 7);
+  if (g_profile) {  // for Nsight Compute: -k regex:seed_stream, --kernel-name-base demangled
+    run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+    run<T, 8, 5, true, 0, 1, true>(dtype, dname, pr);
+    free_problem(pr);
+    return;
+  }
   if (g_pdl) {
     run_even_pdl<T, false>(dtype, dname, pr);
     run_even_pdl<T, true>(dtype, dname, pr);
@@ -1100,6 +1111,7 @@ static int seed_stream_main(int argc, char** argv) {
     g_tail |= a == "tail";
     g_pdl |= a == "pdl";
     g_slab |= a == "slab";
+    g_profile |= a == "profile";
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
