@@ -639,16 +639,25 @@ static StreamEvenParams even_params(const Problem& pr, float* scratch, void* out
   return p;
 }
 
+// The jbs even walk's warps on problem pr (its CTAs per SM slot, *per_sm of them, no more warps
+// than items), with its shared-memory attribute set.
+template <typename T, bool TRANS>
+static int64_t even_walk_warps(const Problem& pr, int* per_sm) {
+  using Cfg = StreamEvenConfig<T, kBS, TRANS, kN>;
+  auto kernel = bsmm_stream_even_kernel<T, kBS, TRANS, kN, false>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+  return std::min<int64_t>(int64_t(g_sms) * *per_sm * Cfg::kWarps, pr.nnz);
+}
+
 // The jbs kernel itself (bsmm_stream_even_kernel.cuh) on the same problem, with its
 // summing launch, to compare with the replicas above in one run.
 template <typename T, bool TRANS>
 static void run_even(const char* dtype, const char* density, Problem& pr, bool with_sums = true) {
   using Cfg = StreamEvenConfig<T, kBS, TRANS, kN>;
   auto kernel = bsmm_stream_even_kernel<T, kBS, TRANS, kN, false>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   int per_sm = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
-  const int64_t warps = std::min<int64_t>(int64_t(g_sms) * per_sm * Cfg::kWarps, pr.nnz);
+  const int64_t warps = even_walk_warps<T, TRANS>(pr, &per_sm);
   static float* scratch = nullptr;
   static void* out = nullptr;
   if (!scratch) {
@@ -684,6 +693,36 @@ static const char* slab_split_name(SlabSplit split) {
                                                                                    : ", CTAs' and warps' shares equal";
 }
 
+// The items of k-range r (input blocks [KR r, KR (r + 1))) in the columns [c0, c1), in
+// column order, as the slab walk reads them: (weight block, tile in the slab | column << 8),
+// each column's last flagged (sign bit). From pr's column-order list (col_items, offsets).
+static std::vector<int2> k_range_items(const std::vector<int2>& col_items, const std::vector<int>& offsets, int KR,
+                                       int r, int c0, int c1) {
+  std::vector<int2> range;
+  for (int c = c0; c < c1; ++c) {
+    const size_t first = range.size();
+    for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
+      const int row = col_items[i].y;
+      if (row / KR == r) range.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
+    }
+    if (range.size() > first) range.back().y |= int(0x80000000u);
+  }
+  return range;
+}
+
+// Appends `items` cut into `shares` exactly equal warp lists, each list's last item flagged (a
+// column cut between two warps ends a piece in each).
+static void append_equal_shares(const std::vector<int2>& items, int shares, std::vector<int2>& lists,
+                                std::vector<int>& warp_offsets) {
+  const int64_t total = static_cast<int64_t>(items.size());
+  for (int wi = 0; wi < shares; ++wi) {
+    const int64_t b = total * wi / shares, e = total * (wi + 1) / shares;
+    lists.insert(lists.end(), items.begin() + b, items.begin() + e);
+    if (e > b) lists.back().y |= int(0x80000000u);
+    warp_offsets.push_back(static_cast<int>(lists.size()));
+  }
+}
+
 // The slab walk on pr: R = kBlocks / KR k-ranges x Q shares of NW warps each.
 template <int KR, int NW, int S, bool STORE, bool LOAD = true>
 static void run_slab(const char* dtype, const char* density, Problem& pr, int Q,
@@ -697,57 +736,24 @@ static void run_slab(const char* dtype, const char* density, Problem& pr, int Q,
   std::vector<int2> lists;
   std::vector<int> warp_offsets{0};
   for (int r = 0; r < R; ++r) {
-    if (split == SlabSplit::kCtaCuts) {  // the k-range's items in column order, Q x NW equal shares
-      std::vector<int2> range;
-      for (int c = 0; c < kBlocks; ++c) {
-        const size_t first = range.size();
-        for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
-          const int row = col_items[i].y;
-          if (row / KR == r) range.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
-        }
-        if (range.size() > first) range.back().y |= int(0x80000000u);
-      }
-      const int64_t total = static_cast<int64_t>(range.size());
-      for (int wi = 0; wi < Q * NW; ++wi) {
-        const int64_t b = total * wi / (Q * NW), e = total * (wi + 1) / (Q * NW);
-        lists.insert(lists.end(), range.begin() + b, range.begin() + e);
-        if (e > b) lists.back().y |= int(0x80000000u);
-        warp_offsets.push_back(static_cast<int>(lists.size()));
-      }
+    if (split == SlabSplit::kCtaCuts) {
+      append_equal_shares(k_range_items(col_items, offsets, KR, r, 0, kBlocks), Q * NW, lists, warp_offsets);
       continue;
     }
     for (int q = 0; q < Q; ++q) {
-      const int c0 = kBlocks * q / Q, c1 = kBlocks * (q + 1) / Q;
-      std::vector<std::vector<int2>> per_column;
-      int total = 0;
-      for (int c = c0; c < c1; ++c) {
-        std::vector<int2> mine;
-        for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
-          const int row = col_items[i].y;
-          if (row / KR == r) mine.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
-        }
-        if (!mine.empty()) mine.back().y |= int(0x80000000u);
-        total += static_cast<int>(mine.size());
-        per_column.push_back(std::move(mine));
-      }
-      if (split == SlabSplit::kWarpCuts) {  // exact equal shares: a column cut between two warps ends a piece in each
-        std::vector<int2> cta;
-        for (auto& mine : per_column) cta.insert(cta.end(), mine.begin(), mine.end());
-        for (int wi = 0; wi < NW; ++wi) {
-          const int b = total * wi / NW, e = total * (wi + 1) / NW;
-          lists.insert(lists.end(), cta.begin() + b, cta.begin() + e);
-          if (e > b) lists.back().y |= int(0x80000000u);
-          warp_offsets.push_back(static_cast<int>(lists.size()));
-        }
+      const std::vector<int2> cta = k_range_items(col_items, offsets, KR, r, kBlocks * q / Q, kBlocks * (q + 1) / Q);
+      if (split == SlabSplit::kWarpCuts) {
+        append_equal_shares(cta, NW, lists, warp_offsets);
         continue;
       }
-      int taken = 0, column = 0;
+      const int total = static_cast<int>(cta.size());
+      int taken = 0;
       for (int wi = 0; wi < NW; ++wi) {  // whole columns, until the warp's equal share is reached
         const int target = total * (wi + 1) / NW;
-        while (column < static_cast<int>(per_column.size()) && (taken < target || wi == NW - 1)) {
-          lists.insert(lists.end(), per_column[column].begin(), per_column[column].end());
-          taken += static_cast<int>(per_column[column].size());
-          ++column;
+        while (taken < total && (taken < target || wi == NW - 1)) {
+          do {
+            lists.push_back(cta[taken]);
+          } while (cta[taken++].y >= 0);  // to the column's last item
         }
         warp_offsets.push_back(static_cast<int>(lists.size()));
       }
@@ -802,37 +808,23 @@ static void run_slab_sum(const char* dtype, const char* density, Problem& pr, in
     while (c < kBlocks && (offsets[c + 1] <= target || q == Q - 1)) ++c;
     share_cols.push_back(c);
   }
+  std::vector<int2> lists;
+  std::vector<int> warp_offsets{0};
+  for (int q = 0; q < Q; ++q)
+    for (int r = 0; r < R; ++r)  // CTA (r, q) of the grid (R, Q): lists (q R + r) NW + warp
+      append_equal_shares(k_range_items(col_items, offsets, KR, r, share_cols[q], share_cols[q + 1]), NW, lists,
+                          warp_offsets);
   struct Piece {
     int column, order;
   };
-  std::vector<int2> lists;
-  std::vector<int> warp_offsets{0}, piece_base{0};
-  std::vector<Piece> pieces;  // in list order
-  for (int q = 0; q < Q; ++q) {
-    for (int r = 0; r < R; ++r) {  // CTA (r, q) of the grid (R, Q); list (q R + r) NW + warp
-      std::vector<int2> cta;
-      for (int c = share_cols[q]; c < share_cols[q + 1]; ++c) {
-        const size_t first = cta.size();
-        for (int i = offsets[c]; i < offsets[c + 1]; ++i) {
-          const int row = col_items[i].y;
-          if (row / KR == r) cta.push_back(make_int2(col_items[i].x, (row % KR) | (c << 8)));
-        }
-        if (cta.size() > first) cta.back().y |= int(0x80000000u);
-      }
-      const int total = static_cast<int>(cta.size());
-      for (int wi = 0; wi < NW; ++wi) {
-        const int b = total * wi / NW, e = total * (wi + 1) / NW;
-        for (int i = b; i < e; ++i) {
-          int2 item = cta[i];
-          if (i == e - 1) item.y |= int(0x80000000u);
-          lists.push_back(item);
-          if (item.y < 0) pieces.push_back({(item.y >> 8) & 0x7fffff, static_cast<int>(pieces.size())});
-        }
-        warp_offsets.push_back(static_cast<int>(lists.size()));
-        piece_base.push_back(static_cast<int>(pieces.size()));
-      }
-    }
+  std::vector<Piece> pieces;  // each list's flagged items, in list order
+  std::vector<int> piece_base;
+  for (size_t w = 0; w + 1 < warp_offsets.size(); ++w) {
+    piece_base.push_back(static_cast<int>(pieces.size()));
+    for (int i = warp_offsets[w]; i < warp_offsets[w + 1]; ++i)
+      if (lists[i].y < 0) pieces.push_back({(lists[i].y >> 8) & 0x7fffff, static_cast<int>(pieces.size())});
   }
+  piece_base.push_back(static_cast<int>(pieces.size()));
   // Slots: each column's pieces together, in list order ((k-range, warp) order within a share).
   std::vector<Piece> sorted = pieces;
   std::stable_sort(sorted.begin(), sorted.end(), [](const Piece& a, const Piece& b) { return a.column < b.column; });
@@ -894,10 +886,8 @@ static void run_slab_sum(const char* dtype, const char* density, Problem& pr, in
   CHECK(launch_kernel_in_clusters(kernel, grid, dim3(NW * 32), smem, nullptr, p, R));
   using Cfg = StreamEvenConfig<T, kBS, false, kN>;
   auto even = bsmm_stream_even_kernel<T, kBS, false, kN, false>;
-  CHECK(cudaFuncSetAttribute(even, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   int per_sm = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, even, Cfg::kThreads, Cfg::kSmemBytes));
-  const int64_t warps = std::min<int64_t>(int64_t(g_sms) * per_sm * Cfg::kWarps, pr.nnz);
+  const int64_t warps = even_walk_warps<T, false>(pr, &per_sm);
   float* scratch = nullptr;
   void* ref = nullptr;
   CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
@@ -963,10 +953,8 @@ static void run_even_pdl(const char* dtype, const char* density, Problem& pr) {
   using Cfg = StreamEvenConfig<T, kBS, TRANS, kN>;
   auto kernel = bsmm_stream_even_kernel<T, kBS, TRANS, kN, false>;
   auto sum = bsmm_stream_even_sum_kernel<T, kBS, kN, 1, 0>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   int per_sm = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
-  const int64_t warps = std::min<int64_t>(int64_t(g_sms) * per_sm * Cfg::kWarps, pr.nnz);
+  const int64_t warps = even_walk_warps<T, TRANS>(pr, &per_sm);
   float* scratch = nullptr;
   void* out = nullptr;
   CHECK(cudaMalloc(&scratch, (8192 + 2 * 2048 * kN * kBS) * sizeof(float)));
