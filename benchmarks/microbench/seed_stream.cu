@@ -693,6 +693,14 @@ static const char* slab_split_name(SlabSplit split) {
                                                                                    : ", CTAs' and warps' shares equal";
 }
 
+// pr's column-order item list (weight block, input block) and its column offsets, on the host.
+static void copy_column_items(const Problem& pr, std::vector<int2>& col_items, std::vector<int>& offsets) {
+  col_items.resize(pr.nnz);
+  offsets.resize(kBlocks + 1);
+  CHECK(cudaMemcpy(col_items.data(), pr.items, pr.nnz * sizeof(int2), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(offsets.data(), pr.col_offsets, offsets.size() * sizeof(int), cudaMemcpyDeviceToHost));
+}
+
 // The items of k-range r (input blocks [KR r, KR (r + 1))) in the columns [c0, c1), in
 // column order, as the slab walk reads them: (weight block, tile in the slab | column << 8),
 // each column's last flagged (sign bit). From pr's column-order list (col_items, offsets).
@@ -729,10 +737,9 @@ static void run_slab(const char* dtype, const char* density, Problem& pr, int Q,
                      SlabSplit split = SlabSplit::kWholeColumns) {
   using L = SlabLayout<KR>;
   constexpr int R = kBlocks / KR;
-  std::vector<int2> col_items(pr.nnz);
-  std::vector<int> offsets(kBlocks + 1);
-  CHECK(cudaMemcpy(col_items.data(), pr.items, pr.nnz * sizeof(int2), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(offsets.data(), pr.col_offsets, offsets.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  std::vector<int2> col_items;
+  std::vector<int> offsets;
+  copy_column_items(pr, col_items, offsets);
   std::vector<int2> lists;
   std::vector<int> warp_offsets{0};
   for (int r = 0; r < R; ++r) {
@@ -798,10 +805,9 @@ static void run_slab_sum(const char* dtype, const char* density, Problem& pr, in
   using T = __nv_bfloat16;
   using L = SlabLayout<KR>;
   constexpr int R = kBlocks / KR;
-  std::vector<int2> col_items(pr.nnz);
-  std::vector<int> offsets(kBlocks + 1);
-  CHECK(cudaMemcpy(col_items.data(), pr.items, pr.nnz * sizeof(int2), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(offsets.data(), pr.col_offsets, offsets.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  std::vector<int2> col_items;
+  std::vector<int> offsets;
+  copy_column_items(pr, col_items, offsets);
   std::vector<int> share_cols{0};
   for (int q = 0, c = 0; q < Q; ++q) {  // share q ends where the running items reach nnz (q + 1) / Q
     const int64_t target = pr.nnz * (q + 1) / Q;
