@@ -232,9 +232,13 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
 # force each small-N kernel with a split reduction (the even-split and warp-specialized ones
 # exist on sm_90 only, the even-split one for bs 16-64 and not for fp32 at HIGHEST, its group
 # variant for 16-bit types at bs 8, 16 and 32 up to 32 rows; elsewhere a case runs the fallback).
-SMALL_N_SPLIT_ENV = ("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS", "JBS_STREAM_EVEN_GROUP")
-SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0"), "warp-specialized": ("0", "1", "0", "0"),
-                       "even-split": ("1", "0", "0", "0"), "even-split-groups": ("0", "0", "0", "1")}
+# JBS_STREAM_EVEN_SWIZZLE=0: the even-split walk with row-major tiles instead of swizzled ones
+# (16-bit types; fp32 has only those).
+SMALL_N_SPLIT_ENV = ("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS", "JBS_STREAM_EVEN_GROUP",
+                     "JBS_STREAM_EVEN_SWIZZLE")
+SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0", ""), "warp-specialized": ("0", "1", "0", "0", ""),
+                       "even-split": ("1", "0", "0", "0", ""), "even-split-groups": ("0", "0", "0", "1", ""),
+                       "even-split-row-major": ("1", "0", "0", "0", "0")}
 
 
 @pytest.mark.parametrize("path", sorted(SMALL_N_SPLIT_PATHS))
@@ -310,6 +314,41 @@ def test_warp_specialized_small_n_kernel_default_follows_memory_bandwidth(rng, m
     expected = density == 1.0 or peak <= 4e12
     assert any("bsmm_stream_ws_kernel" in name for name in kernel_names(fwd, x, w)) == expected, peak
     assert rel_error(fwd(x, w), f64(x) @ dense_f64(bsmm, w)) < tolerance(jnp.float32)
+
+
+@pytest.mark.parametrize("dtype,bs,n", [(jnp.bfloat16, 32, 32), (jnp.bfloat16, 32, 7), (jnp.float16, 16, 20),
+                                        (jnp.bfloat16, 64, 40)])
+def test_even_split_walk_swizzled_tiles_equal_row_major_ones(rng, monkeypatch, dtype, bs, n):
+    """The even-split walk (bsmm_stream_even_kernel.cuh) with its tiles swizzled, the 16-bit
+    default (a tile-major copy of the activation, zero rows up to the row tile, and every tile
+    and weight block by a TMA copy with the 128-byte swizzle), gives the same bits as with
+    row-major tiles (JBS_STREAM_EVEN_SWIZZLE=0: the same items, warps and MMA order), fwd and
+    dx against float64, over a power-law layout with an empty row and column; the copy kernel
+    runs only in the swizzled walk."""
+    from test_conv_gpu import kernel_names
+    for name in SMALL_N_SPLIT_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JBS_STREAM_EVEN", "1")
+    layout = heavy_column_layout(rng, 2048 // bs, 3072 // bs, density=0.4)
+    bsmm = jbs.BlockSparseMatMul(layout, bs)
+    x = random_array(rng, (n, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (n, bsmm.shape[1]), dtype)
+    results, names = {}, {}
+    for setting in ("", "0"):
+        monkeypatch.setenv("JBS_STREAM_EVEN_SWIZZLE", setting)
+        run = jax.jit(lambda x, w, g: (bsmm(x, w), jax.vjp(bsmm, x, w)[1](g)[0]))
+        names[setting] = kernel_names(run, x, w, g)
+        results[setting] = [np.asarray(r) for r in run(x, w, g)]
+    assert any("bsmm_stream_even_kernel" in name for name in names[""]), names[""]
+    assert any("tile_major_kernel" in name for name in names[""]), names[""]
+    assert not any("tile_major_kernel" in name for name in names["0"]), names["0"]
+    W = dense_f64(bsmm, w)
+    y, dx = results[""]
+    assert rel_error(y, f64(x) @ W) < tolerance(dtype)
+    assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype)
+    np.testing.assert_array_equal(y, results["0"][0])
+    np.testing.assert_array_equal(dx, results["0"][1])
 
 
 @pytest.mark.parametrize("dtype,bs,columns,density", [(jnp.bfloat16, 32, 32, 0.6), (jnp.bfloat16, 32, 128, 0.95),

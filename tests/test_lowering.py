@@ -383,16 +383,25 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
                                                      setting, room):
     """Small N: the scratch rule of the even-split kernel (cuda/matmul/bsmm_stream_even_kernel.cuh):
     two pieces of row tile x bs fp32 per weight group and warp, for at most min(nnz, 1280)
-    warps; with JBS_STREAM_EVEN=1 at bs 16-64 (by default only with >= 24 MiB of weights, which
-    5000 blocks are not); never at bs 8, for fp32 at HIGHEST, at large N, or with =0."""
+    warps, after (16-bit types) the swizzled walk's tile-major activation, row tile rows per
+    tile, 256-byte aligned; with JBS_STREAM_EVEN=1 at bs 16-64 (by default only with >= 24 MiB
+    of weights, which 5000 blocks are not); never at bs 8, for fp32 at HIGHEST, at large N, or
+    with =0."""
     monkeypatch.setenv("JBS_STREAM_EVEN", setting)
+    monkeypatch.delenv("JBS_STREAM_EVEN_SWIZZLE", raising=False)
     num_cols = 9
+    in_groups, in_cols = 3, 40 * block_size
     size = lambda rows, nnz: lowering._stream_even_scratch_floats(
-        2, rows, itemsize, block_size, num_cols, nnz, precision)
-    assert size(29, 5000) == (2 * 2 * 1280 * 32 * block_size if room else 0)
-    assert size(9, 300) == (2 * 2 * 300 * 16 * block_size if room else 0)
+        2, rows, itemsize, block_size, num_cols, nnz, precision, in_groups, in_cols)
+    tiled = lambda row_tile: (-(-in_groups * in_cols * row_tile * 2 // 256) * 256 // 4
+                              if itemsize == 2 else 0)
+    assert size(29, 5000) == (tiled(32) + 2 * 2 * 1280 * 32 * block_size if room else 0)
+    assert size(9, 300) == (tiled(16) + 2 * 2 * 300 * 16 * block_size if room else 0)
     assert size(65, 5000) == 0
-    assert lowering._stream_even_scratch_floats(2, 32, itemsize, block_size, 4097, 5000, precision) == 0
+    assert lowering._stream_even_scratch_floats(2, 32, itemsize, block_size, 4097, 5000, precision,
+                                                in_groups, in_cols) == 0
+    monkeypatch.setenv("JBS_STREAM_EVEN_SWIZZLE", "0")  # the walk with row-major tiles: no copy
+    assert size(29, 5000) == (2 * 2 * 1280 * 32 * block_size if room else 0)
 
 
 @pytest.mark.parametrize("itemsize,block_size,nnz,room", [
@@ -405,8 +414,9 @@ def test_small_n_scratch_takes_the_even_split_kernel_by_default_with_enough_weig
     32 x 32, 49152 of 16 x 16), where it measured faster than the one-column kernel; bs 64 and
     fp32 stay opt-in."""
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
-    size = lowering._stream_even_scratch_floats(1, 32, itemsize, block_size, 384, nnz, 0)
-    assert size == (2 * 1280 * 32 * block_size if room else 0)
+    monkeypatch.delenv("JBS_STREAM_EVEN_SWIZZLE", raising=False)
+    size = lowering._stream_even_scratch_floats(1, 32, itemsize, block_size, 384, nnz, 0, 1, 12288)
+    assert size == (12288 * 32 * itemsize // 4 + 2 * 1280 * 32 * block_size if room else 0)
 
 
 def _group_tables(num_groups: int, items_per_group: int):

@@ -12,8 +12,11 @@
 //                  flush at column boundaries is not modelled);
 //   x        0: no activation tile (weights only); 1: row-major tile by cp.async
 //            (what the kernel does); 2: tile-major copy by cp.async; 3: tile-major
-//            copy by one cp.async.bulk;
-//   w        0: 16-byte cp.async (the kernel); 1: one cp.async.bulk per block;
+//            copy by one cp.async.bulk; 4: tile-major copy by one TMA copy as rows of
+//            128 bytes with the 128-byte swizzle (read without bank conflicts, session 42);
+//   w        0: 16-byte cp.async (the kernel); 1: one cp.async.bulk per block; 2: one TMA
+//            copy per block as rows of 128 bytes with the 128-byte swizzle, which the
+//            MMA's ldmatrix reads without bank conflicts (16-bit only; session 42);
 //   mma      the kernel's warp_mma_step on every item, or none.
 // argv "tail": the jbs even kernel with and without its sum kernel, the persistent walk with
 // bulk-copied weights (its pattern) with and without activation tiles, and for one launch of
@@ -56,6 +59,8 @@
 #include "common/launch.cuh"
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
+#include "common/swizzle.cuh"
+#include "common/tma.cuh"
 #include "matmul/bsmm_stream_even_kernel.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
@@ -97,17 +102,36 @@ template <typename T, int XMODE, int WMODE>
 struct Stage {
   static constexpr bool k16 = sizeof(T) == 2;
   static constexpr int kPad = k16 ? 8 : 4;
-  static constexpr int kLdX = XMODE == 3 ? kBS : kBS + kPad;
-  static constexpr int kLdW = WMODE == 1 ? kBS : kBS + 8;  // the fwd kernel's B stride
-  static constexpr int kElems = kN * kLdX + kBS * kLdW;
+  static constexpr int kLdX = XMODE >= 3 ? kBS : kBS + kPad;
+  static constexpr int kLdW = WMODE >= 1 ? kBS : kBS + 8;  // the fwd kernel's B stride
+  // The weight block first, then the tile; with a swizzled copy (WMODE 2, XMODE 4) every
+  // stage is whole 1024-byte swizzle atoms, so both start on one.
+  static constexpr bool kSwizzled = WMODE == 2 || XMODE == 4;
+  static constexpr int kWOffset = 0;
+  static constexpr int kXOffset = kBS * kLdW;
+  static constexpr int kAtomElems = 1024 / static_cast<int>(sizeof(T));
+  static constexpr int kElems = kSwizzled ? (kN * kLdX + kBS * kLdW + kAtomElems - 1) / kAtomElems * kAtomElems
+                                          : kN * kLdX + kBS * kLdW;
   static constexpr int kBytes = kElems * static_cast<int>(sizeof(T));
-  static constexpr int kBulkBytes = (WMODE == 1 ? kBS * kBS * static_cast<int>(sizeof(T)) : 0) +
-                                    (XMODE == 3 ? kN * kBS * static_cast<int>(sizeof(T)) : 0);
+  static constexpr int kBulkBytes = (WMODE >= 1 ? kBS * kBS * static_cast<int>(sizeof(T)) : 0) +
+                                    (XMODE >= 3 ? kN * kBS * static_cast<int>(sizeof(T)) : 0);
 };
 
+// A tensor map of `blocks` contiguous 16-bit blocks of kBlockBytes as rows of 128 bytes, a box
+// per block, with the 128-byte swizzle (WMODE 2's weights, XMODE 4's tile-major activation).
+static bool flat_block_map(CUtensorMap* map, const void* base, int64_t blocks, int block_bytes) {
+  const uint64_t rows = static_cast<uint64_t>(blocks) * block_bytes / 128;
+  const uint64_t dims[5] = {64, rows, 1, 1, 1};
+  const uint64_t strides[4] = {128, 128 * rows, 128 * rows, 128 * rows};
+  const uint32_t box[5] = {64, static_cast<uint32_t>(block_bytes / 128), 1, 1, 1};
+  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 template <typename T, int NW, int S, bool PERSIST, int XMODE, int WMODE, bool MMA>
-__global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
+__global__ void __launch_bounds__(NW * 32) seed_stream(const Params p, const __grid_constant__ CUtensorMap w_map,
+                                                       const __grid_constant__ CUtensorMap x_map) {
   using St = Stage<T, XMODE, WMODE>;
+  static_assert(!St::kSwizzled || ((St::kElems | St::kXOffset) * sizeof(T)) % 1024 == 0, "swizzle atoms");
   constexpr bool kBulk = St::kBulkBytes > 0;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[NW][S];
@@ -139,7 +163,9 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
     __syncwarp();
   }
 
-  T* const ring = reinterpret_cast<T*>(smem_raw) + warp * S * St::kElems;
+  // On 1024 bytes (the 128-byte swizzle's atom; the launch adds them to the dynamic size).
+  unsigned char* const aligned = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  T* const ring = reinterpret_cast<T*>(aligned) + warp * S * St::kElems;
   const T* const x = static_cast<const T*>(p.x);
   const T* const x_tm = static_cast<const T*>(p.x_tm);
   const T* const w = static_cast<const T*>(p.w);
@@ -153,8 +179,8 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
   auto issue = [&](int stage, int t) {
     const int wb = __shfl_sync(0xffffffffu, bcur.x, t & 31);
     const int rb = __shfl_sync(0xffffffffu, bcur.y, t & 31);
-    T* xs = ring + stage * St::kElems;
-    T* ws = xs + kN * St::kLdX;
+    T* xs = ring + stage * St::kElems + St::kXOffset;
+    T* ws = ring + stage * St::kElems + St::kWOffset;
     if constexpr (XMODE == 1) load_tile_async<T, kN, kBS, 32>(xs, St::kLdX, x + rb * kBS, kC, kN, lane);
     if constexpr (XMODE == 2)
       load_tile_async<T, kN, kBS, 32>(xs, St::kLdX, x_tm + static_cast<int64_t>(rb) * kN * kBS, kBS, kN, lane);
@@ -166,8 +192,10 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
         mbarrier_arrive_expect_tx(bar, St::kBulkBytes);
         if constexpr (XMODE == 3)
           bulk_copy_g2s(xs, x_tm + static_cast<int64_t>(rb) * kN * kBS, kN * kBS * sizeof(T), bar);
+        if constexpr (XMODE == 4) tma_load_5d(xs, &x_map, 0, rb * (kN * kBS * 2 / 128), 0, 0, 0, bar);
         if constexpr (WMODE == 1)
           bulk_copy_g2s(ws, w + static_cast<int64_t>(wb) * kBS * kBS, kBS * kBS * sizeof(T), bar);
+        if constexpr (WMODE == 2) tma_load_5d(ws, &w_map, 0, wb * (kBS * kBS * 2 / 128), 0, 0, 0, bar);
       }
     }
   };
@@ -193,13 +221,13 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p) {
       issue(write_stage, tl);
     }
     cp_async_commit();
-    const T* xs = ring + read_stage * St::kElems;
-    const T* ws = xs + kN * St::kLdX;
+    const T* xs = ring + read_stage * St::kElems + St::kXOffset;
+    const T* ws = ring + read_stage * St::kElems + St::kWOffset;
     if constexpr (MMA) {
 #pragma unroll
       for (int k0 = 0; k0 < kBS; k0 += kKStep)
-        warp_mma_step<T, 2, 4, kKStep, false, true, false, false>(acc, xs, St::kLdX, 0, ws, St::kLdW, 0, k0,
-                                                                  lane);
+        warp_mma_step<T, 2, 4, kKStep, false, true, false, false, XMODE == 4, WMODE == 2>(
+            acc, xs, St::kLdX, 0, ws, St::kLdW, 0, k0, lane);
     } else {
       touch += static_cast<float>(xs[lane]) + static_cast<float>(ws[lane]);
     }
@@ -596,7 +624,23 @@ static double g_copy_bw = 0;  // bytes/us
 template <typename T, int NW, int S, bool PERSIST, int XMODE, int WMODE, bool MMA>
 static void run(const char* dtype, const char* density, Problem& pr) {
   auto kernel = seed_stream<T, NW, S, PERSIST, XMODE, WMODE, MMA>;
-  const int smem = NW * S * Stage<T, XMODE, WMODE>::kBytes;
+  const int smem = NW * S * Stage<T, XMODE, WMODE>::kBytes + 1024;
+  std::vector<CUtensorMap> maps(pr.copies);
+  CUtensorMap x_map{};
+  if constexpr (WMODE == 2) {
+    for (int c = 0; c < pr.copies; ++c) {
+      if (!flat_block_map(&maps[c], pr.w[c], pr.nnz, kBS * kBS * 2)) {
+        std::printf("tensor map refused\n");
+        std::exit(1);
+      }
+    }
+  }
+  if constexpr (XMODE == 4) {
+    if (!flat_block_map(&x_map, pr.x_tm, kBlocks, kN * kBS * 2)) {
+      std::printf("tensor map refused\n");
+      std::exit(1);
+    }
+  }
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NW * 32, smem));
@@ -605,7 +649,7 @@ static void run(const char* dtype, const char* density, Problem& pr) {
   const double us = time_us(
       [&](int c) {
         p.w = pr.w[c];
-        kernel<<<grid, NW * 32, smem>>>(p);
+        kernel<<<grid, NW * 32, smem>>>(p, maps[c], x_map);
       },
       pr.copies);
   const double floor_us = pr.w_bytes / g_copy_bw;
@@ -616,7 +660,7 @@ static void run(const char* dtype, const char* density, Problem& pr) {
   if (g_tail) report_tail(grid * NW, NW, [&](unsigned long long* times) {
     p.w = pr.w[0];
     p.warp_times = times;
-    kernel<<<grid, NW * 32, smem>>>(p);
+    kernel<<<grid, NW * 32, smem>>>(p, maps[0], x_map);
     p.warp_times = nullptr;
   });
 }
@@ -994,6 +1038,7 @@ static void run_even_pdl(const char* dtype, const char* density, Problem& pr) {
 }
 
 static bool g_profile = false;  // argv "profile": the persistent walk with and without tiles, bf16 1/2 only
+static bool g_swizzle = false;  // argv "swizzle": the persistent walk's weights by swizzled TMA copies (16-bit)
 
 template <typename T>
 static void sweep(const char* dtype, const char* dname, double density, bool full) {
@@ -1002,6 +1047,21 @@ static void sweep(const char* dtype, const char* dname, double density, bool ful
   if (g_profile) {  // for Nsight Compute: -k regex:seed_stream, --kernel-name-base demangled
     run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
     run<T, 8, 5, true, 0, 1, true>(dtype, dname, pr);
+    if constexpr (sizeof(T) == 2) run<T, 8, 5, true, 4, 2, true>(dtype, dname, pr);  // session 42: swizzled
+    free_problem(pr);
+    return;
+  }
+  if (g_swizzle) {
+    if constexpr (sizeof(T) == 2) {
+      run<T, 8, 5, true, 1, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 1, 2, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 3, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 4, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 4, 2, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 4, 2, false>(dtype, dname, pr);
+      run<T, 8, 5, true, 0, 1, true>(dtype, dname, pr);
+      run<T, 8, 5, true, 0, 2, true>(dtype, dname, pr);
+    }
     free_problem(pr);
     return;
   }
@@ -1106,6 +1166,7 @@ static int seed_stream_main(int argc, char** argv) {
     g_pdl |= a == "pdl";
     g_slab |= a == "slab";
     g_profile |= a == "profile";
+    g_swizzle |= a == "swizzle";
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -1129,7 +1190,7 @@ static int seed_stream_main(int argc, char** argv) {
   std::printf("| dtype | density | walk | warps x stages | CTAs | x / w copy | mma | us | floor us | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   sweep<__nv_bfloat16>("bf16", "1/2", 0.5, true);
-  if (g_tail || g_pdl || g_slab) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
+  if (g_tail || g_pdl || g_slab || g_swizzle) sweep<__nv_bfloat16>("bf16", "1/4", 0.25, false);
   sweep<__nv_bfloat16>("bf16", "1/8", 0.125, true);
   sweep<__nv_bfloat16>("bf16", "1/32", 1.0 / 32, false);
   sweep<__nv_bfloat16>("bf16", "1/64", 1.0 / 64, false);

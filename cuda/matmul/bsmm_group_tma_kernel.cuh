@@ -57,6 +57,7 @@
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
+#include "common/swizzle.cuh"  // tma_swizzled_offset
 #include "common/tma.cuh"
 #include "common/warp_roles.cuh"
 #include "common/wgmma.cuh"
@@ -166,16 +167,6 @@ struct GroupTmaConfig : GroupTmaRoles<T, BS> {
   // (benchmarks/NOTES.md, session 31).
   static constexpr int kCluster = 2;
 };
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile TMA wrote with the swizzle of
-// its row width (128 or 64 bytes) from a 1024-byte-aligned address: the chunk index is
-// XORed with address bits 7-9 (128-byte rows: row % 8) or 7-8 (64-byte rows: row / 2 % 4).
-template <int kRowBytes>
-__device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
-  static_assert(kRowBytes == 128 || kRowBytes == 64, "TMA swizzle of 128- or 64-byte rows");
-  const int pattern = kRowBytes == 128 ? (row & 7) : ((row >> 1) & 3);
-  return row * kRowBytes + ((chunk ^ pattern) << 4);
-}
 
 template <typename T, int BS>
 __device__ __forceinline__ uint64_t group_tma_desc(const void* smem) {

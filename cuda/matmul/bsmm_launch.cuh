@@ -761,10 +761,29 @@ cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t strea
 inline constexpr int64_t kStreamEvenMinBytes = int64_t(24) << 20;
 inline int stream_even_env() { return env_switch("JBS_STREAM_EVEN"); }
 
-// Scratch of the kernel: (groups, 2 * warps, row_tile * bs) fp32 pieces.
-// The most warps whose piece slots fit the scratch result (< 1: none).
-inline int64_t stream_even_max_warps(const BsmmBlocksArgs& a, int64_t row_tile) {
-  return a.scratch_bytes / 4 / (a.groups * 2 * row_tile * a.block_size);
+// Whether the walk takes its tiles swizzled (bsmm_stream_even_kernel.cuh: SWIZZLED): 16-bit
+// types unless JBS_STREAM_EVEN_SWIZZLE=0 (read at every launch, and by the lowering).
+inline int stream_even_swizzle_env() { return env_switch("JBS_STREAM_EVEN_SWIZZLE"); }
+template <typename T>
+bool stream_even_swizzled() {
+  return kIs16Bit<T> && stream_even_swizzle_env() != 0;
+}
+
+// Bytes of the swizzled walk's tile-major copy of `in` (row_tile rows per tile), at the
+// start of the scratch, 256-byte aligned; 0 for the other walk.
+template <typename T>
+int64_t stream_even_tiled_bytes(const BsmmBlocksArgs& a, int64_t row_tile) {
+  if (!stream_even_swizzled<T>()) return 0;
+  return (input_groups(a) * a.in_cols * row_tile * int64_t(sizeof(T)) + 255) / 256 * 256;
+}
+
+// Scratch of the kernel: the tiled copy (swizzled walk), then (groups, 2 * warps,
+// row_tile * bs) fp32 pieces. The most warps whose piece slots fit the scratch
+// result (< 1: none).
+template <typename T>
+int64_t stream_even_max_warps(const BsmmBlocksArgs& a, int64_t row_tile) {
+  const int64_t room = a.scratch_bytes - stream_even_tiled_bytes<T>(a, row_tile);
+  return room < 0 ? 0 : room / 4 / (a.groups * 2 * row_tile * a.block_size);
 }
 
 template <typename T, int BS>
@@ -772,7 +791,7 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
   const int env = stream_even_env();
   if (env == 0 || BS < 16 || a.gathered || (a.precise && sizeof(T) == 4) || a.offsets == nullptr ||
       a.items == nullptr || a.scratch == nullptr || a.nnz < 1 || a.out_cols / BS > kStreamEvenMaxCols ||
-      stream_even_max_warps(a, stream_row_tile_host(a.rows)) < 1 || !device_is_sm90()) {
+      stream_even_max_warps<T>(a, stream_row_tile_host(a.rows)) < 1 || !device_is_sm90()) {
     return false;
   }
   return env == 1 || (kIs16Bit<T> && BS <= 32 && a.nnz * BS * BS * int64_t(sizeof(T)) >= kStreamEvenMinBytes);
@@ -787,18 +806,23 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
 // walk's calls (bf16 bs 32 at the seed shape, 1/4: 42.7 -> 41.3 us) and cost the
 // group walk (bs 16) ~1.5% (benchmarks/NOTES.md, session 36), which therefore
 // launches its sum kernel the ordinary way.
+// With `walk_after` the walk itself is launched early behind the kernel ahead of it
+// (which must be the walk's producer: it calls griddep_wait before reading). The
+// pieces start `pieces_offset` bytes into the scratch.
 template <typename Cfg, typename Walk, typename Sum>
 cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int64_t items, int64_t room, Walk walk,
-                              Sum sum, bool early_sum, cudaStream_t stream) {
+                              Sum sum, bool early_sum, cudaStream_t stream, int64_t pieces_offset = 0,
+                              bool walk_after = false) {
   p.num_items = static_cast<int>(items);
   int64_t warps = static_cast<int64_t>(a.num_sms) *
                   resident_ctas_per_sm(Cfg::kThreads, Cfg::kSmemBytes + Cfg::kStaticSmemBytes) * Cfg::kWarps;
   warps = warps < items ? warps : items;
   warps = warps < room ? warps : room;
   p.num_warps = static_cast<int>(warps);
-  p.pieces = static_cast<float*>(a.scratch);
+  p.pieces = reinterpret_cast<float*>(static_cast<unsigned char*>(a.scratch) + pieces_offset);
   const dim3 grid(static_cast<unsigned>((warps + Cfg::kWarps - 1) / Cfg::kWarps), static_cast<unsigned>(a.groups));
-  cudaError_t err = launch_kernel(walk, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  cudaError_t err = walk_after ? launch_kernel_after(walk, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p)
+                               : launch_kernel(walk, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
   if (err != cudaSuccess) return err;
   const int64_t out_blocks = a.out_cols / a.block_size;
   const dim3 sum_grid(static_cast<unsigned>((out_blocks + 3) / 4), static_cast<unsigned>(a.groups));
@@ -806,16 +830,70 @@ cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int6
                    : launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
 }
 
+// A tensor map of `rows` rows of 128 bytes from base, in boxes of box_rows rows, with the
+// 128-byte swizzle: the swizzled walk's view of the tile-major activation and the weights.
+inline bool encode_swizzled_rows_map(CUtensorMap* map, const void* base, int64_t rows, int box_rows) {
+  const uint64_t dims[5] = {64, static_cast<uint64_t>(rows), 1, 1, 1};
+  const uint64_t span = 128 * static_cast<uint64_t>(rows);
+  const uint64_t strides[4] = {128, span, span, span};
+  const uint32_t box[5] = {64, static_cast<uint32_t>(box_rows), 1, 1, 1};
+  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// The swizzled walk: the tile-major copy of `in` (TN rows per tile, zero-padded) into the
+// start of the scratch, then the walk launched early behind it, then the sums. False in
+// *launched where the tensor maps cannot be made (the caller takes the other walk).
+template <typename T, int BS, bool TRANS, int TN>
+cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParams& p, cudaStream_t stream,
+                                        bool* launched) {
+  using Cfg = StreamEvenConfig<T, BS, TRANS, TN, /*SWIZZLED=*/true>;
+  *launched = false;
+  const int64_t tiled_bytes = stream_even_tiled_bytes<T>(a, TN);
+  const int64_t in_group_rows = a.in_cols * TN * int64_t(sizeof(T)) / 128;
+  const int64_t in_rows = input_groups(a) * in_group_rows;
+  const int64_t w_group_rows = a.w_group_stride * int64_t(sizeof(T)) / 128;
+  const int64_t w_rows = (weight_groups(a) - 1) * w_group_rows + a.nnz * Cfg::kWRows;
+  // The kernel's row coordinates are ints.
+  if (in_rows >= (int64_t(1) << 31) || w_rows >= (int64_t(1) << 31) ||
+      (a.w_group_stride * int64_t(sizeof(T))) % 128 != 0) {
+    return cudaSuccess;
+  }
+  T* tiled = static_cast<T*>(a.scratch);
+  if (!encode_swizzled_rows_map(&p.in_map, tiled, in_rows, Cfg::kXRows) ||
+      !encode_swizzled_rows_map(&p.w_map, a.w, w_rows, Cfg::kWRows)) {
+    return cudaSuccess;
+  }
+  p.in_group_rows = a.in_group_stride == 0 ? 0 : static_cast<int>(in_group_rows);
+  p.w_group_rows = static_cast<int>(w_group_rows);
+  *launched = true;
+  cudaError_t err = launch_tile_major<T>(static_cast<const T*>(a.in), tiled, input_groups(a), a.rows, a.in_cols, BS,
+                                         a.num_sms, stream, TN);
+  if (err != cudaSuccess) return err;
+  return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps<T>(a, TN),
+                                bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true>,
+                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, /*early_sum=*/true, stream, tiled_bytes,
+                                /*walk_after=*/true);
+}
+
 template <typename T, int BS, bool TRANS, int TN>
 cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
   const auto kernel = bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false>;
-  StreamEvenParams p;
+  StreamEvenParams p{};
   fill_stream_operands(p, a);
   p.offsets = a.offsets;
   p.num_segments = static_cast<int>(a.out_cols / BS);
-  return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps(a, TN), kernel,
-                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, /*early_sum=*/true, stream);
+  if constexpr (kIs16Bit<T>) {
+    if (stream_even_swizzled<T>()) {
+      bool launched = false;
+      cudaError_t err = launch_stream_even_swizzled<T, BS, TRANS, TN>(a, p, stream, &launched);
+      if (launched || err != cudaSuccess) return err;
+    }
+  }
+  // (the swizzled walk's room for its copy stays unused here)
+  return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps<T>(a, TN), kernel,
+                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, /*early_sum=*/true, stream,
+                                stream_even_tiled_bytes<T>(a, TN));
 }
 
 // Whether the even-split kernel over column groups (bsmm_stream_even_group_kernel.cuh)

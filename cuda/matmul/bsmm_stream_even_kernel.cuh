@@ -38,6 +38,18 @@
 // fp32 keeps 16-byte cp.async for its weights too: its tf32 fragments are read
 // as scalars, which the unpadded rows a bulk copy leaves would conflict on
 // 4-8 ways (the microbenchmark measured bulk copies within 2% there).
+//
+// SWIZZLED (16-bit types; the default there since session 42): the activation
+// tiles come from a tile-major copy of `in` (matmul/tile_major.cuh, rows padded
+// with zeros to TN), and both the tile and the weight block of an item come by
+// one TMA copy each, as rows of 128 bytes with the 128-byte swizzle
+// (common/swizzle.cuh), which the MMA's ldmatrix reads without bank conflicts.
+// Why (benchmarks/NOTES.md, session 42; microbench/seed_stream.cu "swizzle", H200,
+// bf16 bs 32, N = 32, 12288^2): a row-major tile is TN requests of BS * 2 bytes
+// from L2 and its 16-byte cp.async writes took ~4x the shared-memory wavefronts
+// of its bytes, and the bulk-copied weight rows were read with 4-way bank
+// conflicts; the persistent walk ran 55.6 us at density 1/2 that way and 42.5 us
+// with both tiles swizzled (40.3 with no tiles at all), 17.3 -> 14.5 us at 1/8.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +58,7 @@
 #include "common/mbarrier.cuh"
 #include "common/ptx.cuh"
 #include "common/smem.cuh"
+#include "common/tma.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
 #include "matmul/bsmm_stream_kernel.cuh"  // fetch_item_batch
 #include "matmul/tile_io.cuh"
@@ -75,30 +88,48 @@ struct StreamEvenParams {
   int num_segments;
   int num_items;
   int num_warps;  // W <= num_items: warps with work (gridDim.x * kWarps may be more)
+  // SWIZZLED walks only: `in` tile-major (TN x BS tiles, `in` unused) and the weights, each
+  // as rows of 128 bytes, and the rows between consecutive groups (0: one for all).
+  int in_group_rows;
+  int w_group_rows;
+  CUtensorMap in_map;
+  CUtensorMap w_map;
 };
 
-template <typename T, int BS, bool TRANS, int TN>
+template <typename T, int BS, bool TRANS, int TN, bool SWIZZLED = false>
 struct StreamEvenConfig {
   static_assert(TN == 16 || TN == 32 || TN == 64, "row tile");
   static constexpr bool k16 = kIs16Bit<T>;
+  static_assert(!SWIZZLED || (k16 && BS >= 16), "swizzled tiles: 16-bit types, blocks of 16 to 64");
   static constexpr bool kBulkW = k16;
   static constexpr int kMT = TN / 16;
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
   // As StreamConfig's, except fp32 at bs 32 (36 floats here, 40 there): fp32 takes this kernel
-  // only when forced, and 40 was not measured in it.
-  static constexpr int kLdX = k16 ? (BS == 8 ? 8 : BS + 8) : BS + 4;
+  // only when forced, and 40 was not measured in it. Swizzled tiles are unpadded.
+  static constexpr int kLdX = SWIZZLED ? BS : (k16 ? (BS == 8 ? 8 : BS + 8) : BS + 4);
   static constexpr int kLdW = kBulkW ? BS : ((k16 || !TRANS) ? (BS == 8 ? 8 : BS + 8) : BS + 4);
   static constexpr int kXElems = TN * kLdX;
-  static constexpr int kStageElems = kXElems + BS * kLdW;
-  static constexpr int kStageBytes = kStageElems * static_cast<int>(sizeof(T));
   static constexpr int kWBytes = BS * BS * static_cast<int>(sizeof(T));
+  static constexpr int kXBytes = kXElems * static_cast<int>(sizeof(T));
+  // A stage: the tile then the weight block; swizzled, the weight block then the tile, each
+  // from a multiple of 1024 bytes (the swizzle's atom) and the stage whole atoms.
+  static constexpr int kAtom = 1024;
+  static constexpr int kXOffsetBytes = SWIZZLED ? (kWBytes + kAtom - 1) / kAtom * kAtom : 0;
+  static constexpr int kWOffsetBytes = SWIZZLED ? 0 : kXBytes;
+  static constexpr int kStageBytes =
+      SWIZZLED ? (kXOffsetBytes + kXBytes + kAtom - 1) / kAtom * kAtom : kXBytes + BS * kLdW * static_cast<int>(sizeof(T));
+  static constexpr int kStageElems = kStageBytes / static_cast<int>(sizeof(T));
+  // The tile's and the block's rows of 128 bytes (their TMA boxes).
+  static constexpr int kXRows = kXBytes / 128;
+  static constexpr int kWRows = kWBytes / 128;
   // 8 warps with as many stages as fit ~200 KiB (one CTA per SM); fewer warps
   // where even two stages each would not fit.
   static constexpr int kWarps = 2 * kStageBytes * 8 <= 200 * 1024 ? 8 : (2 * kStageBytes * 4 <= 200 * 1024 ? 4 : 2);
   static constexpr int kStages = cclamp(200 * 1024 / (kWarps * kStageBytes), 2, 16);
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kSmemBytes = kWarps * kStages * kStageBytes;
+  // (+ an atom to align the ring to the swizzle's atoms)
+  static constexpr int kSmemBytes = kWarps * kStages * kStageBytes + (SWIZZLED ? kAtom : 0);
   static constexpr int kPieceFloats = TN * BS;  // = kMT * kNT * 4 floats per lane
   // Static shared memory: the column offsets (as 16-byte vectors) and the
   // stages' barriers (bulk weight copies only).
@@ -106,6 +137,7 @@ struct StreamEvenConfig {
   static constexpr int kStaticSmemBytes =
       kOffsetSlots * static_cast<int>(sizeof(int)) + (kBulkW ? kWarps : 1) * kStages * static_cast<int>(sizeof(uint64_t));
   static_assert(kStageBytes % 16 == 0 && (kXElems * sizeof(T)) % 16 == 0, "16B alignment of bulk copies");
+  static_assert(!SWIZZLED || (kXBytes % 128 == 0 && kWBytes % 128 == 0), "whole 128-byte rows");
 };
 
 // The warp (of W over nnz items, warp gw starting at nnz gw / W) that holds item i.
@@ -179,10 +211,10 @@ __device__ __forceinline__ int segment_of(const int* s_offsets, int num_segments
   return lo;
 }
 
-template <typename T, int BS, bool TRANS, int TN, bool PRECISE>
-__global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
-    bsmm_stream_even_kernel(const StreamEvenParams p) {
-  using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool SWIZZLED = false>
+__global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::kThreads)
+    bsmm_stream_even_kernel(const __grid_constant__ StreamEvenParams p) {
+  using Cfg = StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
   unsigned char* const smem_raw = dynamic_smem();
@@ -221,12 +253,29 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
 
   const T* const in = static_cast<const T*>(p.in) + g * p.in_group_stride;
   const T* const w = static_cast<const T*>(p.w) + g * p.w_group_stride;
-  T* const ring = reinterpret_cast<T*>(smem_raw) + warp * S * Cfg::kStageElems;
+  // Swizzled stages start on the swizzle's atoms (the launch adds one atom for this).
+  unsigned char* const ring_base =
+      SWIZZLED ? smem_raw + ((Cfg::kAtom - (smem_u32(smem_raw) & (Cfg::kAtom - 1))) & (Cfg::kAtom - 1)) : smem_raw;
+  unsigned char* const ring = ring_base + warp * S * Cfg::kStageBytes;
+  const int in_rows0 = static_cast<int>(g) * p.in_group_rows;
+  const int w_rows0 = static_cast<int>(g) * p.w_group_rows;
   auto issue = [&](int stage, int t) {
     const int wb = __shfl_sync(0xffffffffu, bcur.x, t & 31);
     const int ib = __shfl_sync(0xffffffffu, bcur.y, t & 31);
-    T* xs = ring + stage * Cfg::kStageElems;
-    T* ws = xs + Cfg::kXElems;
+    T* xs = reinterpret_cast<T*>(ring + stage * Cfg::kStageBytes + Cfg::kXOffsetBytes);
+    T* ws = reinterpret_cast<T*>(ring + stage * Cfg::kStageBytes + Cfg::kWOffsetBytes);
+    if constexpr (SWIZZLED) {
+      if (lane == 0) {
+        // The stage was last read by this warp's ldmatrix (generic proxy); order
+        // those reads before the copies' (async proxy) writes.
+        fence_proxy_async();
+        uint64_t* full = &s_full[warp][stage];
+        mbarrier_arrive_expect_tx(full, Cfg::kWBytes + Cfg::kXBytes);
+        tma_load_5d(ws, &p.w_map, 0, w_rows0 + wb * Cfg::kWRows, 0, 0, 0, full);
+        tma_load_5d(xs, &p.in_map, 0, in_rows0 + ib * Cfg::kXRows, 0, 0, 0, full);
+      }
+      return;
+    }
     load_tile_async<T, TN, BS, 32>(xs, Cfg::kLdX, in + static_cast<int64_t>(ib) * p.in_tile_stride, p.in_ld,
                                    valid_rows, lane);
     const T* src = w + static_cast<int64_t>(wb) * (BS * BS);
@@ -242,6 +291,9 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
       load_tile_async<T, BS, BS, 32>(ws, Cfg::kLdW, src, BS, BS, lane);
     }
   };
+  // Swizzled tiles come from the tile-major copy the kernel ahead made (launched
+  // early behind it: launch_stream_even_swizzled).
+  if constexpr (SWIZZLED) griddep_wait();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < cnt) issue(s, s);
@@ -288,12 +340,13 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN>::kThreads)
       issue(write_stage, tl);
     }
     cp_async_commit();
-    const T* xs = ring + read_stage * Cfg::kStageElems;
-    const T* ws = xs + Cfg::kXElems;
+    const T* xs = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kXOffsetBytes);
+    const T* ws = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kWOffsetBytes);
 #pragma unroll
     for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
       warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/false, /*B_KMAJOR=*/!TRANS,
-                    /*M_HALF=*/false, PRECISE>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW, 0, k0, lane);
+                    /*M_HALF=*/false, PRECISE, SWIZZLED, SWIZZLED>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW, 0, k0,
+                                                                   lane);
     }
     read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == S ? 0 : write_stage + 1;

@@ -10,7 +10,9 @@
 // sectors, nothing gained and the copy's ~2 us lost, so the launcher uses it for
 // sub-sector rows only.
 //
-// Layout, per input group g: tiled[g][cb][r][e] = in[g][r][cb * BS + e].
+// Layout, per input group g: tiled[g][cb][r][e] = in[g][r][cb * BS + e], r < tile_rows
+// (>= rows: the rows past `rows` are zeros, so that every tile is whole boxes of a TMA
+// copy; bsmm_stream_even_kernel.cuh's SWIZZLED walk).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,19 +25,28 @@ namespace jbs {
 // each tile row of the output is one or more whole units).
 template <typename T>
 __global__ void __launch_bounds__(256) tile_major_kernel(const T* __restrict__ in, T* __restrict__ out,
-                                                         int64_t groups, int64_t rows, int64_t cols, int bs) {
+                                                         int64_t groups, int64_t rows, int64_t cols, int bs,
+                                                         int64_t tile_rows) {
   constexpr int kE = 16 / static_cast<int>(sizeof(T));
   const int64_t units_per_row = cols / kE;
   const int64_t units = groups * rows * units_per_row;
-  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < units;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < units; u += step) {
     const int64_t c = (u % units_per_row) * kE;
     const int64_t gr = u / units_per_row;  // g * rows + r
     const int64_t r = gr % rows;
     const int64_t g = gr / rows;
     const int64_t cb = c / bs;
-    const int64_t dst = ((g * (cols / bs) + cb) * rows + r) * bs + (c - cb * bs);
+    const int64_t dst = ((g * (cols / bs) + cb) * tile_rows + r) * bs + (c - cb * bs);
     *reinterpret_cast<uint4*>(out + dst) = __ldg(reinterpret_cast<const uint4*>(in) + u);
+  }
+  // The padding rows, (tile_rows - rows) * bs elements per tile.
+  const int64_t pad_units = (tile_rows - rows) * bs / kE;
+  const int64_t tiles = groups * (cols / bs);
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < tiles * pad_units; u += step) {
+    const int64_t tile = u / pad_units;
+    const int64_t dst = (tile * tile_rows + rows) * bs + (u - tile * pad_units) * kE;
+    *reinterpret_cast<uint4*>(out + dst) = make_uint4(0u, 0u, 0u, 0u);
   }
 }
 
@@ -44,14 +55,16 @@ inline int64_t tile_major_bytes_host(int64_t groups, int64_t rows, int64_t cols,
   return groups * rows * cols * elem_bytes;
 }
 
+// tile_rows: rows of each tile (>= rows; 0: rows).
 template <typename T>
 cudaError_t launch_tile_major(const T* in, T* out, int64_t groups, int64_t rows, int64_t cols, int bs,
-                              int num_sms, cudaStream_t stream) {
-  const int64_t units = groups * rows * cols / (16 / static_cast<int64_t>(sizeof(T)));
+                              int num_sms, cudaStream_t stream, int64_t tile_rows = 0) {
+  if (tile_rows < rows) tile_rows = rows;
+  const int64_t units = groups * tile_rows * cols / (16 / static_cast<int64_t>(sizeof(T)));
   const int64_t blocks = (units + 255) / 256;
   const int64_t cap = static_cast<int64_t>(num_sms) * 8;  // grid-stride: no 2^31 limit
   tile_major_kernel<T><<<static_cast<unsigned>(blocks < cap ? blocks : cap), 256, 0, stream>>>(
-      in, out, groups, rows, cols, bs);
+      in, out, groups, rows, cols, bs, tile_rows);
   return cudaGetLastError();
 }
 

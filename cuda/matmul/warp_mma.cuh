@@ -15,12 +15,27 @@
 // 16-bit types load fragments with ldmatrix (.trans handles the k-major cases);
 // fp32 loads scalars and rounds to tf32, optionally with the 3xTF32 split
 // (PRECISE) for fp32-level accuracy. Callers pick row strides that make these
-// shared-memory reads bank-conflict free (see the tile configs).
+// shared-memory reads bank-conflict free (see the tile configs), or (16-bit k16:
+// A_SWIZZLED, B_SWIZZLED) hand over a tile that TMA copied as rows of 128 bytes with
+// the 128-byte swizzle (common/swizzle.cuh: swizzle_128b) into a 1024-byte-aligned
+// address, its own rows unpadded (lda / ldb = the tile's width).
 #pragma once
 
 #include "common/ptx.cuh"
+#include "common/swizzle.cuh"
 
 namespace jbs {
+
+// Element `elems` of a shared tile, stored plainly or (SWIZZLED) as swizzle_128b puts it.
+template <bool SWIZZLED, typename T>
+__device__ __forceinline__ const T* tile_at(const T* tile, int elems) {
+  if constexpr (SWIZZLED) {
+    return reinterpret_cast<const T*>(reinterpret_cast<const char*>(tile) +
+                                      swizzle_128b(elems * static_cast<int>(sizeof(T))));
+  } else {
+    return tile + elems;
+  }
+}
 
 // v as tf32 (PRECISE: big + small parts, see split_tf32; else small = 0).
 template <bool PRECISE>
@@ -37,7 +52,7 @@ __device__ __forceinline__ void tf32_parts(float v, uint32_t& big, uint32_t& sma
 // A fragments already in registers (16-bit k16: the m16n8k16 layout, as ldsm_x4 of
 // a row-major tile gives it; fp32: tf32 values, a_small the low parts when PRECISE).
 // warp_mma_step loads A in whichever layout its caller stores and ends here.
-template <typename T, int MT, int NT, int KSTEP, bool B_KMAJOR, bool PRECISE>
+template <typename T, int MT, int NT, int KSTEP, bool B_KMAJOR, bool PRECISE, bool B_SWIZZLED = false>
 __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
                                              const uint32_t (&a_small)[MT][4], const T* Bs, int ldb,
                                              int n0, int k0, int lane) {
@@ -45,12 +60,14 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
     static_assert(KSTEP == 16, "16-bit fragments in registers are k16");
     const int r = lane & 7;
     const int i = lane >> 3;
+    // B(row, col) of the block as stored, col a multiple of 8.
+    auto b_at = [&](int row, int col) -> const T* { return tile_at<B_SWIZZLED>(Bs, row * ldb + col); };
     if constexpr (NT == 1) {
       uint32_t b[2];
       if constexpr (B_KMAJOR) {
-        ldsm_x2_t(b, Bs + (k0 + (i & 1) * 8 + r) * ldb + n0);
+        ldsm_x2_t(b, b_at(k0 + (i & 1) * 8 + r, n0));
       } else {
-        ldsm_x2(b, Bs + (n0 + r) * ldb + k0 + (i & 1) * 8);
+        ldsm_x2(b, b_at(n0 + r, k0 + (i & 1) * 8));
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) mma_16x8x16<T>(acc[mt][0], a[mt], b[0], b[1]);
@@ -62,9 +79,9 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
         uint32_t b[4];
         const int nb = n0 + np * 16;
         if constexpr (B_KMAJOR) {
-          ldsm_x4_t(b, Bs + (k0 + (i & 1) * 8 + r) * ldb + nb + (i >> 1) * 8);
+          ldsm_x4_t(b, b_at(k0 + (i & 1) * 8 + r, nb + (i >> 1) * 8));
         } else {
-          ldsm_x4(b, Bs + (nb + (i >> 1) * 8 + r) * ldb + k0 + (i & 1) * 8);
+          ldsm_x4(b, b_at(nb + (i >> 1) * 8 + r, k0 + (i & 1) * 8));
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -75,6 +92,7 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
+    static_assert(!B_SWIZZLED, "tf32 B fragments are read from unswizzled rows");
     const int gq = lane >> 2;
     const int tq = lane & 3;
     auto load_b = [&](int k, int n) -> float {
@@ -103,7 +121,7 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
 
 // A fragments of rows m0 .. m0+16*MT of a row-major A (A(m, k) = As[m * lda + k]) for
 // the k-step at k0, in the layout mma_loaded_a takes (16-bit: k16 only).
-template <typename T, int MT, int KSTEP, bool PRECISE>
+template <typename T, int MT, int KSTEP, bool PRECISE, bool A_SWIZZLED = false>
 __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_small)[MT][4],
                                             const T* As, int lda, int m0, int k0, int lane) {
   if constexpr (kIs16Bit<T>) {
@@ -113,10 +131,11 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_s
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       // matrices: (rows +0, k +0) (rows +8, k +0) (rows +0, k +8) (rows +8, k +8)
-      ldsm_x4(a[mt], As + (m0 + mt * 16 + (i & 1) * 8 + r) * lda + k0 + (i >> 1) * 8);
+      ldsm_x4(a[mt], tile_at<A_SWIZZLED>(As, (m0 + mt * 16 + (i & 1) * 8 + r) * lda + k0 + (i >> 1) * 8));
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
+    static_assert(!A_SWIZZLED, "tf32 A fragments are read from unswizzled rows");
     const int gq = lane >> 2;
     const int tq = lane & 3;
 #pragma unroll
@@ -131,7 +150,7 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_s
 }
 
 template <typename T, int MT, int NT, int KSTEP, bool A_KMAJOR, bool B_KMAJOR, bool M_HALF,
-          bool PRECISE>
+          bool PRECISE, bool A_SWIZZLED = false, bool B_SWIZZLED = false>
 __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* As, int lda, int m0,
                                               const T* Bs, int ldb, int n0, int k0, int lane) {
   static_assert(!M_HALF || MT == 1, "M_HALF means a single, half-used 16-row tile");
@@ -143,8 +162,9 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
     const int i = lane >> 3;
     if constexpr (KSTEP == 16) {
       if constexpr (!A_KMAJOR) {
-        load_a_rows<T, MT, KSTEP, PRECISE>(a, a_small, As, lda, m0, k0, lane);
+        load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLED>(a, a_small, As, lda, m0, k0, lane);
       } else {
+        static_assert(!A_SWIZZLED, "k-major A tiles are read unswizzled");
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const int mb = m0 + mt * 16;
@@ -162,11 +182,11 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
           }
         }
       }
-      mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE>(acc, a, a_small, Bs, ldb, n0, k0, lane);
+      mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE, B_SWIZZLED>(acc, a, a_small, Bs, ldb, n0, k0, lane);
     } else {
       // k8 variant: only fwd/dx with 8x8 blocks, where the whole block is one
       // k-step and one n-tile.
-      static_assert(KSTEP == 8 && !A_KMAJOR && !M_HALF && NT == 1, "unsupported 16-bit k8 use");
+      static_assert(KSTEP == 8 && !A_KMAJOR && !M_HALF && NT == 1 && !A_SWIZZLED && !B_SWIZZLED, "unsupported 16-bit k8 use");
       uint32_t a2[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -184,7 +204,7 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
     if constexpr (!A_KMAJOR && !M_HALF) {
-      load_a_rows<T, MT, KSTEP, PRECISE>(a, a_small, As, lda, m0, k0, lane);
+      load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLED>(a, a_small, As, lda, m0, k0, lane);
     } else {
       const int gq = lane >> 2;
       const int tq = lane & 3;
@@ -203,7 +223,7 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
         for (int e = 0; e < 4; ++e) tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
       }
     }
-    mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE>(acc, a, a_small, Bs, ldb, n0, k0, lane);
+    mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE, B_SWIZZLED>(acc, a, a_small, Bs, ldb, n0, k0, lane);
   }
 }
 

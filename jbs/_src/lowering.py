@@ -124,22 +124,25 @@ def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size:
 
 
 # Small-N path on sm_90 that cuts all items evenly over the warps and copies weight blocks in
-# bulk (cuda/matmul/bsmm_stream_even_kernel.cuh): two fp32 pieces per warp. Keep in sync with
-# bsmm_launch.cuh (use_stream_even, kStreamEvenMinBytes, stream_even_max_warps) and the
-# kernel's kStreamEvenMaxCols. The launcher uses at most 8 warps per SM and no more than this
-# scratch has room for.
+# bulk (cuda/matmul/bsmm_stream_even_kernel.cuh): two fp32 pieces per warp, after (16-bit
+# types, unless JBS_STREAM_EVEN_SWIZZLE=0) a tile-major copy of the activation whose tiles
+# have row-tile rows. Keep in sync with bsmm_launch.cuh (use_stream_even, kStreamEvenMinBytes,
+# stream_even_max_warps, stream_even_tiled_bytes) and the kernel's kStreamEvenMaxCols. The
+# launcher uses at most 8 warps per SM and no more than this scratch has room for.
 _STREAM_EVEN_MAX_COLS = 4096
 _STREAM_EVEN_RESERVED_WARPS = 8 * 160
 _STREAM_EVEN_MIN_BYTES = 24 << 20
 
 
 def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
-                                num_cols: int, nnz: int, precision: int) -> int:
-    """float32 elements of the even-split small-N kernel's pieces, or 0 where the kernels
-    would not take it (bsmm_launch.cuh use_stream_even): by default 16-bit types at bs 16 and
-    32 with at least 24 MiB of weights; any bs of 16-64 with JBS_STREAM_EVEN=1; never with
-    =0, for fp32 at HIGHEST, at large N or with too many output columns. Sized for the row
-    tile of the global rows, at least each device's."""
+                                num_cols: int, nnz: int, precision: int, in_groups: int,
+                                in_cols: int) -> int:
+    """float32 elements of the even-split small-N kernel's tiled activation (``in_groups`` of
+    ``in_cols`` columns) and pieces, or 0 where the kernels would not take it (bsmm_launch.cuh
+    use_stream_even): by default 16-bit types at bs 16 and 32 with at least 24 MiB of weights;
+    any bs of 16-64 with JBS_STREAM_EVEN=1; never with =0, for fp32 at HIGHEST, at large N or
+    with too many output columns. Sized for the row tile of the global rows, at least each
+    device's."""
     setting = os.environ.get("JBS_STREAM_EVEN", "")
     default = (itemsize == 2 and block_size in (16, 32)
                and nnz * block_size**2 * itemsize >= _STREAM_EVEN_MIN_BYTES)
@@ -148,7 +151,10 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
             or (itemsize == 4 and precision == precision_lib.HIGHEST)):
         return 0
     row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
-    return groups * 2 * min(nnz, _STREAM_EVEN_RESERVED_WARPS) * row_tile * block_size
+    tiled_bytes = 0
+    if itemsize == 2 and os.environ.get("JBS_STREAM_EVEN_SWIZZLE", "") != "0":
+        tiled_bytes = -(-in_groups * in_cols * row_tile * itemsize // 256) * 256
+    return tiled_bytes // 4 + groups * 2 * min(nnz, _STREAM_EVEN_RESERVED_WARPS) * row_tile * block_size
 
 
 # Small-N path on sm_90 that cuts the union items of the column groups evenly over the warps
@@ -314,7 +320,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                       _stream_ws_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
                                                 items.shape[0], group_offsets, group_items),
                       _stream_even_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
-                                                  offsets.shape[0] - 1, items.shape[0], precision),
+                                                  offsets.shape[0] - 1, items.shape[0], precision,
+                                                  a.shape[0], a.shape[2]),
                       _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),

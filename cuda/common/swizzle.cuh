@@ -1,0 +1,31 @@
+// Where a TMA copy with a swizzle (CU_TENSOR_MAP_SWIZZLE_64B or _128B) puts a
+// 16-byte chunk of a tile in shared memory.
+//
+// Why: a tile of 32-, 64- or 128-byte rows stored as it is puts the same chunk
+// of 8 consecutive rows in the same banks (2, 4 and 8 ways), so every ldmatrix of
+// it takes that many shared-memory wavefronts. A swizzle XORs the chunk index
+// with address bits 7 and up, which spreads those rows over all banks.
+#pragma once
+
+namespace jbs {
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kRowBytes-byte rows
+// that TMA wrote with the swizzle of its row width from a 1024-byte-aligned address:
+// the chunk index is XORed with address bits 7-9 (128-byte rows: row % 8) or 7-8
+// (64-byte rows: row / 2 % 4).
+template <int kRowBytes>
+__device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "TMA swizzle of 128- or 64-byte rows");
+  const int pattern = kRowBytes == 128 ? (row & 7) : ((row >> 1) & 3);
+  return row * kRowBytes + ((chunk ^ pattern) << 4);
+}
+
+// Where byte `offset` of a contiguous span lands when TMA copies the span as rows of
+// 128 bytes with CU_TENSOR_MAP_SWIZZLE_128B into a 1024-byte-aligned address. A
+// block of 32- or 64-byte rows (16-bit bs 16 / 32) copied that way keeps whole L2
+// lines per request (a box of its own 32- or 64-byte rows would take one request per
+// row), and any 8 consecutive rows' same chunk then sit in 8 different bank groups:
+// ldmatrix reads it, either way round, without conflicts.
+__device__ __forceinline__ int swizzle_128b(int offset) { return offset ^ ((offset >> 3) & 0x70); }
+
+}  // namespace jbs
