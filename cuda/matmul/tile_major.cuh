@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "common/ptx.cuh"
+
 namespace jbs {
 
 // One thread per 16-byte unit, in the order of the source (coalesced reads;
@@ -27,6 +29,10 @@ template <typename T>
 __global__ void __launch_bounds__(256) tile_major_kernel(const T* __restrict__ in, T* __restrict__ out,
                                                          int64_t groups, int64_t rows, int64_t cols, int bs,
                                                          int64_t tile_rows) {
+  // A walk launched early behind this copy (bsmm_launch.cuh: launch_stream_even_swizzled) may
+  // become resident now and set up while the copy runs; it waits for the copy to complete
+  // before reading it.
+  griddep_launch_dependents();
   constexpr int kE = 16 / static_cast<int>(sizeof(T));
   const int64_t units_per_row = cols / kE;
   const int64_t units = groups * rows * units_per_row;
