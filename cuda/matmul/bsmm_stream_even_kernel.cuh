@@ -117,8 +117,8 @@ struct StreamEvenConfig {
   static constexpr int kAtom = 1024;
   static constexpr int kXOffsetBytes = SWIZZLED ? (kWBytes + kAtom - 1) / kAtom * kAtom : 0;
   static constexpr int kWOffsetBytes = SWIZZLED ? 0 : kXBytes;
-  static constexpr int kStageBytes =
-      SWIZZLED ? (kXOffsetBytes + kXBytes + kAtom - 1) / kAtom * kAtom : kXBytes + BS * kLdW * static_cast<int>(sizeof(T));
+  static constexpr int kStageBytes = SWIZZLED ? (kXOffsetBytes + kXBytes + kAtom - 1) / kAtom * kAtom
+                                              : kXBytes + BS * kLdW * static_cast<int>(sizeof(T));
   static constexpr int kStageElems = kStageBytes / static_cast<int>(sizeof(T));
   // The tile's and the block's rows of 128 bytes (their TMA boxes).
   static constexpr int kXRows = kXBytes / 128;
