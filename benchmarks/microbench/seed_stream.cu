@@ -117,14 +117,10 @@ struct Stage {
                                     (XMODE >= 3 ? kN * kBS * static_cast<int>(sizeof(T)) : 0);
 };
 
-// A tensor map of `blocks` contiguous 16-bit blocks of kBlockBytes as rows of 128 bytes, a box
-// per block, with the 128-byte swizzle (WMODE 2's weights, XMODE 4's tile-major activation).
+// WMODE 2's weights and XMODE 4's tile-major activation: `blocks` contiguous blocks of
+// block_bytes as rows of 128 bytes with the 128-byte swizzle, a box per block.
 static bool flat_block_map(CUtensorMap* map, const void* base, int64_t blocks, int block_bytes) {
-  const uint64_t rows = static_cast<uint64_t>(blocks) * block_bytes / 128;
-  const uint64_t dims[5] = {64, rows, 1, 1, 1};
-  const uint64_t strides[4] = {128, 128 * rows, 128 * rows, 128 * rows};
-  const uint32_t box[5] = {64, static_cast<uint32_t>(block_bytes / 128), 1, 1, 1};
-  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  return encode_swizzled_rows_map(map, base, blocks * block_bytes / 128, block_bytes / 128);
 }
 
 template <typename T, int NW, int S, bool PERSIST, int XMODE, int WMODE, bool MMA>

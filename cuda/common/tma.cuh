@@ -64,4 +64,15 @@ inline bool encode_tensor_map_16bit(CUtensorMap* map, const void* base, const ui
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A contiguous span of 16-bit data as `rows` rows of 128 bytes from base, in boxes of box_rows
+// rows, with the 128-byte swizzle: a box lands as common/swizzle.cuh's swizzle_128b places it
+// (the small-N walk's tile-major activation tiles and weight blocks).
+inline bool encode_swizzled_rows_map(CUtensorMap* map, const void* base, int64_t rows, int box_rows) {
+  const uint64_t dims[5] = {64, static_cast<uint64_t>(rows), 1, 1, 1};
+  const uint64_t span = 128 * static_cast<uint64_t>(rows);
+  const uint64_t strides[4] = {128, span, span, span};
+  const uint32_t box[5] = {64, static_cast<uint32_t>(box_rows), 1, 1, 1};
+  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 }  // namespace jbs

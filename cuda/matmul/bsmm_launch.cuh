@@ -830,16 +830,6 @@ cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int6
                    : launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
 }
 
-// A tensor map of `rows` rows of 128 bytes from base, in boxes of box_rows rows, with the
-// 128-byte swizzle: the swizzled walk's view of the tile-major activation and the weights.
-inline bool encode_swizzled_rows_map(CUtensorMap* map, const void* base, int64_t rows, int box_rows) {
-  const uint64_t dims[5] = {64, static_cast<uint64_t>(rows), 1, 1, 1};
-  const uint64_t span = 128 * static_cast<uint64_t>(rows);
-  const uint64_t strides[4] = {128, span, span, span};
-  const uint32_t box[5] = {64, static_cast<uint32_t>(box_rows), 1, 1, 1};
-  return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
-}
-
 // The swizzled walk: the tile-major copy of `in` (TN rows per tile, zero-padded) into the
 // start of the scratch, then the walk launched early behind it, then the sums. False in
 // *launched where the tensor maps cannot be made (the caller takes the other walk).
