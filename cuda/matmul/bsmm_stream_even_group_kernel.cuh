@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "matmul/bsmm_stream_even_kernel.cuh"
+#include "matmul/warp_mma.cuh"
 
 namespace jbs {
 
@@ -41,6 +42,7 @@ template <typename T, int BS, bool TRANS, int TN>
 struct StreamEvenGroupConfig {
   static_assert(kIs16Bit<T> && (BS == 8 || BS == 16 || BS == 32) && (TN == 16 || TN == 32),
                 "16-bit, bs 8/16/32, N <= 32");
+  static constexpr int kBS = BS;
   static constexpr int P = 128 / BS;  // columns per group (tables.group_width)
   static constexpr int kRowInts = 1 + P;
   static constexpr int kMT = TN / 16;
@@ -100,6 +102,65 @@ __device__ __forceinline__ void zero_fill(float (&acc)[P][MT][NT][4]) {
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[c][mt][nt][e] = 0.f;
+}
+
+// acc[c] += tile * block of column c for each present column c of a union item (bit c of
+// mask), the tile at xs and the present blocks packed in column order at ws.
+template <typename Cfg, typename T, bool TRANS>
+__device__ __forceinline__ void union_item_mma(float (&acc)[Cfg::P][Cfg::kMT][Cfg::kNT][4], unsigned mask,
+                                               const T* xs, const T* ws, int lane) {
+  constexpr int P = Cfg::P;
+  if constexpr (Cfg::kKStep == 16) {
+    // One set of activation fragments per k-step, for every present block. (Loading every
+    // column's B fragments before the MMAs, as bs 8 does below, measured no faster at
+    // density 1/2 and 1.14x slower at 1/8, where most columns are absent: session 43.)
+#pragma unroll
+    for (int k0 = 0; k0 < Cfg::kBS; k0 += 16) {
+      uint32_t a[Cfg::kMT][4], a_small[Cfg::kMT][4];
+      load_a_rows<T, Cfg::kMT, 16, false>(a, a_small, xs, Cfg::kLdX, 0, k0, lane);
+      const T* wc = ws;
+#pragma unroll
+      for (int c = 0; c < P; ++c) {
+        if (mask & (1u << c)) {
+          mma_loaded_a<T, Cfg::kMT, Cfg::kNT, 16, /*B_KMAJOR=*/!TRANS, false>(acc[c], a, a_small, wc, Cfg::kBS, 0, k0,
+                                                                             lane);
+          wc += Cfg::kWElems;
+        }
+      }
+    }
+  } else {
+    // bs 8: one k8 step and one n-tile per block. The activation fragments are loaded once
+    // per item and each ldmatrix x4 takes four columns' blocks (lanes 8j .. 8j+7 address
+    // column 4q + j's rows; an absent column reads slot 0, never used), all before the MMAs.
+    // A warp_mma_step per present column loaded the tile's fragments again for each and
+    // waited on its own loads: fwd at density 1/2 139.5 -> 98.6 us (session 43).
+    static_assert(Cfg::kBS == 8 && Cfg::kNT == 1, "k8 steps are bs 8's");
+    const int r = lane & 7;
+    const int i = lane >> 3;
+    uint32_t a[Cfg::kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt) ldsm_x2(a[mt], xs + (mt * 16 + (i & 1) * 8 + r) * Cfg::kLdX);
+    uint32_t b[P / 4][4];
+#pragma unroll
+    for (int q = 0; q < P / 4; ++q) {
+      const int c = 4 * q + i;
+      const bool present = (mask >> c) & 1u;
+      const T* block = ws + (present ? __popc(mask & ((1u << c) - 1u)) : 0) * Cfg::kWElems;
+      // fwd: B(k, n) = block[k * 8 + n], rows are k (.trans); dx: rows are n.
+      if constexpr (!TRANS) {
+        ldsm_x4_t(b[q], block + r * 8);
+      } else {
+        ldsm_x4(b[q], block + r * 8);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < P; ++c) {
+      if (mask & (1u << c)) {
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt) mma_16x8x8<T>(acc[c][mt][0], a[mt], b[c / 4][c % 4]);
+      }
+    }
+  }
 }
 
 template <typename T, int BS, bool TRANS, int TN>
@@ -266,33 +327,7 @@ __global__ void __launch_bounds__(StreamEvenGroupConfig<T, BS, TRANS, TN>::kThre
       const unsigned mask = static_cast<unsigned>(s_mask[warp][read_stage]);
       const T* xs = ring + read_stage * Cfg::kStageElems;
       const T* ws = xs + Cfg::kXElems;
-      if constexpr (Cfg::kKStep == 16) {
-        // One set of activation fragments per k-step, for every present block.
-#pragma unroll
-        for (int k0 = 0; k0 < BS; k0 += 16) {
-          uint32_t a[Cfg::kMT][4], a_small[Cfg::kMT][4];
-          load_a_rows<T, Cfg::kMT, 16, false>(a, a_small, xs, Cfg::kLdX, 0, k0, lane);
-          const T* wc = ws;
-#pragma unroll
-          for (int c = 0; c < P; ++c) {
-            if (mask & (1u << c)) {
-              mma_loaded_a<T, Cfg::kMT, Cfg::kNT, 16, /*B_KMAJOR=*/!TRANS, false>(acc[c], a, a_small, wc, BS, 0, k0,
-                                                                                 lane);
-              wc += Cfg::kWElems;
-            }
-          }
-        }
-      } else {
-        const T* wc = ws;
-#pragma unroll
-        for (int c = 0; c < P; ++c) {
-          if (mask & (1u << c)) {
-            warp_mma_step<T, Cfg::kMT, Cfg::kNT, 8, /*A_KMAJOR=*/false, /*B_KMAJOR=*/!TRANS, /*M_HALF=*/false, false>(
-                acc[c], xs, Cfg::kLdX, 0, wc, BS, 0, 0, lane);
-            wc += Cfg::kWElems;
-          }
-        }
-      }
+      union_item_mma<Cfg, T, TRANS>(acc, mask, xs, ws, lane);
       read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
       write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
       if (read_stage == 0) phase ^= 1u;
