@@ -239,9 +239,9 @@ __global__ void __launch_bounds__(StreamEvenGroupConfig<T, BS, TRANS, TN>::kThre
         bulk_copy_g2s(ws, w + static_cast<int64_t>(first) * Cfg::kWElems, bytes, &s_full[warp][stage]);
       }
     } else {
-      // dx: the blocks of one output column sit one block row apart; each
-      // column's lane copies its own, by one bulk copy (bs 16) or by eight
-      // 16-byte cp.async (bs 8, where 128-byte bulk copies measured slower).
+      // dx: the blocks of one output column sit one block row apart; at bs 16
+      // each column's lane copies its own by one bulk copy, at bs 8 (where
+      // 128-byte bulk copies measured slower) eight lanes per block by cp.async.
       const int slot = __popc(mask & ((1u << lane) - 1u));
       T* dst = ws + slot * Cfg::kWElems;
       const T* src = w + static_cast<int64_t>(blk) * Cfg::kWElems;
@@ -260,10 +260,23 @@ __global__ void __launch_bounds__(StreamEvenGroupConfig<T, BS, TRANS, TN>::kThre
           s_mask[warp][stage] = static_cast<int>(mask);
           mbarrier_arrive_expect_tx(&s_full[warp][stage], 0);  // the phase completes at once
         }
-        if (blk >= 0) {
-          constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+        // Eight lanes per block, a 16-byte chunk each: one cp.async instruction moves four
+        // blocks' whole 128-byte lines. (A lane per block, eight instructions each moving one
+        // 16-byte piece of every block, made each sector two requests of half a sector.)
+        constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+        constexpr int kChunks = Cfg::kWElems / kVec;
+        constexpr int kBlocksPerPass = 32 / kChunks;
+        static_assert(kChunks * kVec == Cfg::kWElems && P % kBlocksPerPass == 0, "whole blocks per pass");
+        const int chunk = (lane % kChunks) * kVec;
 #pragma unroll
-          for (int i = 0; i < Cfg::kWElems; i += kVec) cp_async_16(dst + i, src + i, 16);
+        for (int c0 = 0; c0 < P; c0 += kBlocksPerPass) {
+          if (((mask >> c0) & ((1u << kBlocksPerPass) - 1u)) == 0) continue;  // warp-uniform
+          const int c = c0 + lane / kChunks;
+          const int c_blk = __shfl_sync(0xffffffffu, blk, c);
+          const int c_slot = __shfl_sync(0xffffffffu, slot, c);
+          if (c_blk >= 0) {
+            cp_async_16(ws + c_slot * Cfg::kWElems + chunk, w + static_cast<int64_t>(c_blk) * Cfg::kWElems + chunk, 16);
+          }
         }
       }
     }
