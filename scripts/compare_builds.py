@@ -7,7 +7,8 @@ compare, each in its own process (one extension per process):
   python3 -P scripts/compare_builds.py --check /tmp/old.npz    # with the new one
 Environment settings (JBS_* switches) apply to both runs as usual. The cases are fwd and dx of
 16-bit types at bs 8, 16 and 32 on power-law layouts with an empty block row and column, at
-N = 32 and 7, on fresh random data with a fixed seed.
+N = 32 and 7, on fresh random data with a fixed seed; with --suite conv, fwd and dx of 2x3 and
+3x3 convolutions (PixelCNN++'s paddings, 32 x 32 images, 320 channels) at bs 16 and 32.
 """
 
 from __future__ import annotations
@@ -35,6 +36,28 @@ def power_law_layout(rng, rows: int, cols: int, density: float) -> np.ndarray:
     return layout
 
 
+def data(rng, shape, dtype):
+    return jnp.asarray(rng.standard_normal(shape), jnp.float32).astype(dtype)
+
+
+def conv_outputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(44)
+    results = {}
+    for dtype in (jnp.bfloat16, jnp.float16):
+        for bs in (16, 32):
+            for kernel, padding in (((2, 3), ((1, 0), (1, 1))), ((3, 3), "SAME")):
+                for density in (0.5, 0.125):
+                    layout = power_law_layout(rng, 320 // bs, 320 // bs, density)
+                    conv = jbs.BlockSparseConv(layout, bs, kernel, padding=padding)
+                    x, w, g = data(rng, (3, 32, 32, 320), dtype), data(rng, conv.w_shape, dtype), data(
+                        rng, (3, 32, 32, 320), dtype)
+                    y, vjp = jax.vjp(lambda x_: conv(x_, w), x)
+                    key = f"{jnp.dtype(dtype).name}_bs{bs}_{kernel[0]}x{kernel[1]}_d{density}"
+                    results[key + "_fwd"] = np.asarray(y.astype(jnp.float32))
+                    results[key + "_dx"] = np.asarray(vjp(g)[0].astype(jnp.float32))
+    return results
+
+
 def outputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(43)
     results = {}
@@ -44,8 +67,8 @@ def outputs() -> dict[str, np.ndarray]:
                 for density in (0.5, 0.125):
                     layout = power_law_layout(rng, 4096 // bs, 3072 // bs, density)
                     bsmm = jbs.BlockSparseMatMul(layout, bs)
-                    data = lambda shape: jnp.asarray(rng.standard_normal(shape), jnp.float32).astype(dtype)
-                    x, w, g = data((n, bsmm.shape[0])), data(bsmm.w_shape), data((n, bsmm.shape[1]))
+                    x, w, g = (data(rng, (n, bsmm.shape[0]), dtype), data(rng, bsmm.w_shape, dtype),
+                               data(rng, (n, bsmm.shape[1]), dtype))
                     y, vjp = jax.vjp(lambda x_: bsmm(x_, w), x)
                     key = f"{jnp.dtype(dtype).name}_bs{bs}_n{n}_d{density}"
                     results[key + "_fwd"] = np.asarray(y.astype(jnp.float32))
@@ -58,8 +81,9 @@ def main() -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--save", metavar="PATH")
     mode.add_argument("--check", metavar="PATH")
+    parser.add_argument("--suite", choices=("matmul", "conv"), default="matmul")
     args = parser.parse_args()
-    got = outputs()
+    got = conv_outputs() if args.suite == "conv" else outputs()
     if args.save:
         np.savez(args.save, **got)
         print(f"saved {len(got)} outputs to {args.save}")

@@ -366,29 +366,49 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   // L2-resident region, against 2-3% for the rest of the epilogue; benchmarks/NOTES.md,
   // session 24.) Two buffers, so one barrier per chunk: a warp writes a buffer again only
   // after the barrier of the chunk in between, which every warp reaches after its reads.
+  //
+  // Where the unit's output goes is worked out when the unit starts (OutTarget): the global
+  // loads of its columns and the 64-bit divisions of its strips then run while its items
+  // land. In the epilogue they, and a 64-bit address computed afresh for every chunk, made
+  // it 55% of the kernel's instructions at density 1/8 (benchmarks/NOTES.md, session 45).
+  static_assert(Cfg::kOutPixels == 16, "a chunk is two strip rows: its pixels step by 2 image rows");
   const int wg_warp = warp & 3;
   T* const wg_stage = out_stage + wg * Cfg::kOutBuffers * Cfg::kOutPixels * Cfg::kOutLd;
-  auto store_tile = [&](int64_t tile, int q, const float (&acc)[kStrips][kN / 8][4]) {
-    // The group's columns are paired by shared inputs, not adjacent (p.columns): this lane's
-    // 8 channels of a stored row, channels `channel`.. of the warpgroup's 64, lie in its
-    // column channel / BS, which is output block column `column` (-1: none). So a stored row
-    // is 2 (bs 32) or 4 (bs 16) pieces of output lines.
-    const int32_t* const wg_columns = p.columns + q * kP + wg * (kP / 2);
-    bool any_column = false;
-#pragma unroll
-    for (int c = 0; c < kP / 2; ++c) any_column = any_column || __ldg(wg_columns + c) >= 0;
-    if (!any_column) return;  // the warpgroup's 4 warps return together (uniform)
-    const int channel = 8 * (lane & 7);
-    const int column = __ldg(wg_columns + channel / BS);
+  // This lane's 8 channels of a stored row, channels `channel`.. of the warpgroup's 64, lie in
+  // its column channel / BS (so a stored row is 2 (bs 32) or 4 (bs 16) pieces of output lines).
+  const int channel = 8 * (lane & 7);
+  struct OutTarget {
+    int column;  // the lane's output block column (p.columns: paired by shared inputs, not adjacent), -1: none
+    typename Halo::Pos pos[kStrips];
+  };
+  auto out_target = [&](int64_t tile, int q) {
+    OutTarget target;
+    target.column = __ldg(p.columns + q * kP + wg * (kP / 2) + channel / BS);
+    Halo::strips_of(g, tile, target.pos);
+    return target;
+  };
+  auto store_tile = [&](const OutTarget& target, const float (&acc)[kStrips][kN / 8][4]) {
+    // (Every warp's lanes 0..7 hold all of the warpgroup's columns: its 4 warps return together.)
+    if (!__any_sync(0xffffffffu, target.column >= 0)) return;
+    const int column = target.column;
     const bool channel_stored = column >= 0;
     T* const out_at =
         static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + (channel_stored ? column : 0) * BS + channel % BS;
-    typename Halo::Pos out_pos[kStrips];
-    Halo::strips_of(g, tile, out_pos);
+    // This lane's pixel of each chunk: strip row pixel / 8 (+ 2 per chunk), column pixel % 8.
+    const int pixel = 4 * wg_warp + (lane >> 3);
+    const int64_t chunk_step = 2 * static_cast<int64_t>(width) * p.out_cols;
+    // One chunk in hand: a chunk's row is read from the staging buffer after its barrier and
+    // stored after the next chunk's, so no store waits for its read. (The read is done
+    // before the warp reaches the next barrier, after which the buffer is written again.)
+    uint4 row{};
+    T* row_at = nullptr;
+    bool row_stored = false;
     int buffer = 0;
 #pragma unroll
     for (int s = 0; s < kStrips; ++s) {
-      const typename Halo::Pos pos = Halo::pick(out_pos, s);
+      const typename Halo::Pos pos = Halo::pick(target.pos, s);
+      const bool store = pos.image < images && channel_stored;
+      T* at = out_at + ((pos.image * height + pos.h0 + pixel / 8) * width + pos.x0 + pixel % 8) * p.out_cols;
 #pragma unroll
       for (int chunk = 0; chunk < kN / Cfg::kOutPixels; ++chunk) {
         T* const stage = wg_stage + buffer * Cfg::kOutPixels * Cfg::kOutLd;
@@ -400,30 +420,36 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
                   pack_pair<T>(acc[s][nt + 1][0], acc[s][nt + 1][1]),
                   pack_pair<T>(acc[s][nt + 1][2], acc[s][nt + 1][3]));
         named_barrier_sync(1 + wg, Cfg::kConsumerThreads / 2);  // the warpgroup's 4 warps have staged the chunk
-        const int pixel = 4 * wg_warp + (lane >> 3);
-        const int n = chunk * Cfg::kOutPixels + pixel;
-        if (pos.image < images && channel_stored) {
-          const int64_t row = (pos.image * height + pos.h0 + n / 8) * width + pos.x0 + n % 8;
-          *reinterpret_cast<uint4*>(out_at + row * p.out_cols) =
-              *reinterpret_cast<const uint4*>(stage + pixel * Cfg::kOutLd + channel);
-        }
+        if (row_stored) *reinterpret_cast<uint4*>(row_at) = row;
+        row = *reinterpret_cast<const uint4*>(stage + pixel * Cfg::kOutLd + channel);
+        row_at = at;
+        row_stored = store;
+        at += chunk_step;
         buffer ^= 1;
       }
     }
+    if (row_stored) *reinterpret_cast<uint4*>(row_at) = row;
   };
 
   float acc[kStrips][kN / 8][4];
   RingPosition ring(stages);  // the slot of the next (sub-)item
+  // The unit's tile and group, stepped from unit to unit (a 64-bit division is ~100
+  // instructions), and where its group's items lie in the tables (equal offsets: none).
+  int64_t tile = first_unit / p.num_groups;
+  int q = static_cast<int>(first_unit - tile * p.num_groups);
+  int items_begin = __ldg(p.group_offsets + q), items_end = __ldg(p.group_offsets + q + 1);
   for (int64_t unit = first_unit; unit < end_unit; ++unit) {
 #pragma unroll
     for (int s = 0; s < kStrips; ++s) {
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) acc[s][nt][0] = acc[s][nt][1] = acc[s][nt][2] = acc[s][nt][3] = 0.f;
     }
-    const int64_t tile = unit / p.num_groups;
-    const int q = cursor.group_of(unit);
+    const OutTarget target = out_target(tile, q);
     // A unit without items has no slot (the loader skips it): its output is zeros.
-    bool last = cursor.num_items(unit) == 0;
+    bool last = items_begin == items_end;
+    // The next unit's, a unit ahead: the wait for these loads then falls on no unit's start.
+    if (++q == p.num_groups) q = 0, ++tile;
+    items_begin = __ldg(p.group_offsets + q), items_end = __ldg(p.group_offsets + q + 1);
     for (; !last; ring.advance()) {
       const int stage = ring.stage;
       mbarrier_wait(&full[stage], ring.phase);
@@ -528,7 +554,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       }
       mbarrier_arrive_warp(&empty[stage], lane);  // this warp is done with the slot
     }
-    store_tile(tile, q, acc);
+    store_tile(target, acc);
   }
 }
 
