@@ -53,6 +53,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem) {
   return wgmma_desc(smem, 16, 1024) | (uint64_t{1} << 62);  // layout type 1: 128-byte swizzle
 }
 
+// A K-major operand stored as TMA's 64-byte swizzle writes it: rows of 64 bytes (32 16-bit
+// values of k), chunk c of a row at address bits 4-5 ^ bits 7-8. The hardware swizzles by
+// the absolute shared-memory address, as TMA does, so the start may be any whole row (a conv
+// tap's shift) and the stride between 8-row groups along m or n any whole number of rows
+// (sbo_bytes; benchmarks/microbench/halo_rows.cu checks both); a k-step is 32 bytes into the row.
+__device__ __forceinline__ uint64_t wgmma_desc_sw64(const void* smem, uint32_t sbo_bytes) {
+  return wgmma_desc(smem, 16, sbo_bytes) | (uint64_t{2} << 62);  // layout type 2: 64-byte swizzle
+}
+
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef JBS_WGMMA_AVAILABLE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -68,7 +68,7 @@
 namespace jbs {
 
 struct ConvStripParams : GroupParams {
-  CUtensorMap halo_map;  // the activations, in boxes of one strip's halo in one plane (conv/strip_halo.cuh)
+  CUtensorMap halo_map;  // the activations, in boxes of one strip's halo, 64-byte swizzled rows (conv/strip_halo.cuh)
   int nnz_per_tap;       // weight blocks of one tap: w holds taps x nnz_per_tap
   StripHaloShape halo;
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
@@ -79,7 +79,7 @@ struct ConvStripParams : GroupParams {
 };
 
 // BS 32: an item is one input channel block; BS 16: an aligned pair of them (2b, 2b + 1),
-// so an item always carries 32 input channels (the halo's 4 planes) and an m64 always 64
+// so an item always carries 32 input channels (a halo pixel's 64-byte row) and an m64 always 64
 // output channels (2 block columns of 32, or 4 of 16), and the ring, halo, wgmmas and
 // epilogue are the same at both block sizes. (At bs 16 one channel block per item, in the
 // ss kernel, took ~3 us per item at any density, as the strip kernel's items do for twice
@@ -94,7 +94,6 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static constexpr int kStrips = 32 / R;  // per 256-pixel tile
   static constexpr int kMaxStages = 4;
   static constexpr int kMaxTaps = 64;
-  static constexpr int kPlanes = 4;       // 32 input channels per item
   static constexpr int kBlockElems = BS * BS;
   static constexpr int kOptInBytes = 226 * 1024;
   // The epilogue: each consumer warpgroup stages its 64 channels of 16 pixels at a time,
@@ -104,25 +103,29 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static constexpr int kOutLd = 72;
   static constexpr int kOutBuffers = 2;
   static constexpr int kOutElems = (kConsumerThreads / 128) * kOutBuffers * kOutPixels * kOutLd;
-  static constexpr int64_t halo_elems(int plane_slots) { return static_cast<int64_t>(plane_slots) * 8 * kPlanes; }
+  static constexpr int64_t halo_elems(int halo_units) { return static_cast<int64_t>(halo_units) * 8; }
   // Weight blocks of one tap a slot holds: all P x halves of an item, or (bs 32) a
   // warpgroup's 2 of a sub-item. A tap's block of column c is c (bs 32); of column c,
   // half h, it is h * P + its rank among the half's present blocks (bs 16).
   static constexpr int slot_blocks(bool split) { return split ? 2 : kP * kHalves; }
-  // A ring slot: the halo, then every tap's blocks.
-  static constexpr int64_t slot_elems(int taps, int plane_slots, bool split) {
-    return halo_elems(plane_slots) + static_cast<int64_t>(taps) * slot_blocks(split) * kBlockElems;
+  // A ring slot: the halo, then every tap's blocks (a multiple of 512 bytes, so every
+  // slot's halo starts on a swizzle atom, as the ring does).
+  static constexpr int64_t slot_elems(int taps, int halo_units, bool split) {
+    return halo_elems(halo_units) + static_cast<int64_t>(taps) * slot_blocks(split) * kBlockElems;
   }
-  // The ring, the epilogue's staging and one zero block (the A operand of an absent column).
-  static constexpr int64_t smem_bytes(int taps, int plane_slots, bool split, int stages) {
-    return (stages * slot_elems(taps, plane_slots, split) + kOutElems + kBlockElems) *
-           static_cast<int64_t>(sizeof(T));
+  static constexpr int kRingAlign = 512;  // bytes: the 64-byte swizzle's atom (conv/strip_halo.cuh)
+  // The ring, the epilogue's staging and one zero block (the A operand of an absent column),
+  // and the slack that aligns the ring.
+  static constexpr int64_t smem_bytes(int taps, int halo_units, bool split, int stages) {
+    return (stages * slot_elems(taps, halo_units, split) + kOutElems + kBlockElems) *
+               static_cast<int64_t>(sizeof(T)) +
+           kRingAlign - 128;  // (dynamic shared memory starts 128-byte aligned: common/smem.cuh)
   }
   // The most ring slots that fit (0: not even 2). A deeper ring gives each item's loads a
   // longer lead: with 2 slots an item's loads start only when the item two back is done.
-  static constexpr int stages_for(int taps, int plane_slots, bool split) {
+  static constexpr int stages_for(int taps, int halo_units, bool split) {
     int stages = kMaxStages;
-    while (stages >= 2 && smem_bytes(taps, plane_slots, split, stages) > kOptInBytes) --stages;
+    while (stages >= 2 && smem_bytes(taps, halo_units, split, stages) > kOptInBytes) --stages;
     return stages >= 2 ? stages : 0;
   }
 };
@@ -151,22 +154,23 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   __shared__ int tap_slot[Cfg::kMaxTaps];      // p.tap_slot: read per tap with no index arithmetic
   __shared__ int64_t unit_range[2];
   unsigned char* const smem_raw = dynamic_smem();
-  T* const smem = reinterpret_cast<T*>(smem_raw);
+  T* const smem = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + Cfg::kRingAlign - 1) &
+                                       ~static_cast<uintptr_t>(Cfg::kRingAlign - 1));
   const RowGather& g = p.gather;
   static_assert(FIXED_TAPS % TAPS_PER_WAIT == 0, "the tap batches");
   const int taps = FIXED_TAPS > 0 ? FIXED_TAPS : g.taps_h * g.taps_w;
   const int width = g.rows_w, height = g.rows_h;
-  const int band_slots = p.halo.band_slots;
+  const int band_units = p.halo.band_units;
   const bool split = kHalves == 1 && p.split != 0;
   const int slot_blocks = Cfg::slot_blocks(split);
-  const int64_t halo_elems = Cfg::halo_elems(p.halo.plane_slots);
-  const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.plane_slots, split);
+  const int64_t halo_elems = Cfg::halo_elems(p.halo.halo_units);
+  const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.halo_units, split);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
   const int stages = p.stages;
   T* const out_stage = smem + stages * slot_elems;
   T* const zero_block = out_stage + Cfg::kOutElems;
 
-  using Halo = StripHalo<T, R, kStrips, Cfg::kPlanes>;
+  using Halo = StripHalo<T, R, kStrips>;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -205,7 +209,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     const bool publisher = copy_warp == 0;
     // The loader: (sub-)item i of the CTA's walk (over all its units) goes to ring slot
     // i % stages once the consumers have released (sub-)item i - stages there. Each is
-    // the halo (one TMA box per strip and plane, zeros outside the image, so a slot never
+    // the halo (one TMA box per strip, zeros outside the image, so a slot never
     // keeps another tile's pixels) and every tap's present blocks, raw (row-major, BS x
     // BS) at tap t, slot block b: one bulk copy each (bs 16: each run of them), all on the
     // slot's full barrier. At bs 16 an item is the union rows of channel blocks 2b and
@@ -343,11 +347,11 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   warpgroup_reg_alloc<Cfg::kConsumerRegs>();
 
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
-  // B (the halo) K-major: the next 8 channels one plane further (LBO), the next
-  // strip row (core matrix along n) one halo row further (SBO). Offsets in the
-  // descriptor's 16-byte units (one slot); shared memory is under 256 KiB, so
-  // adding to the descriptor never carries out of the address field.
-  const uint64_t b_base = wgmma_desc(smem, static_cast<uint32_t>(p.halo.plane_slots) * 16, p.halo.row_slots * 16);
+  // B (the halo) K-major in 64-byte swizzled rows (conv/strip_halo.cuh): a k-step's 16
+  // channels 32 bytes into the row, the next strip row (core-matrix group along n) one halo
+  // row further (SBO). Offsets in the descriptor's 16-byte units; shared memory is under
+  // 256 KiB, so adding to the descriptor never carries out of the address field.
+  const uint64_t b_base = wgmma_desc_sw64(smem, p.halo.row_slots * 64);
   const uint32_t slot_units = static_cast<uint32_t>(slot_elems / 8);
   // This warp's 16 rows of the warpgroup's m64: bs 32, output channels (warp % 2) * 16..
   // of block column 2 wg + (warp % 4) / 2; bs 16, block column 4 wg + warp % 4.
@@ -478,12 +482,12 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         constexpr int NTAPS = TAPS_PER_WAIT;
         uint32_t a[NTAPS][KS][4];
         // K-step ks reads half h (bs 16: its own block, packed by rank among the half's
-        // present blocks, and the halo's planes 2 h, 2 h + 1) or the block's rows 16 ks..
+        // present blocks, and the halo's channels 16 h.. of a pixel's row) or the block's rows 16 ks..
         // (bs 32). An absent block's A is read from the zero block: a choice of address,
         // not of the loaded values, so nothing waits for the ldmatrix until the wgmma.
         const T* a_base[KS];
         int a_tap_stride[KS];
-        uint32_t b_plane[KS];
+        uint32_t b_k[KS];
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
           const int h = kHalves == 1 ? 0 : KS == 2 ? ks : only_half;
@@ -493,7 +497,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
                            : split ? my_column & 1 : my_column;
           a_base[ks] = present ? ws + slot_block * Cfg::kBlockElems : zero_block;
           a_tap_stride[ks] = present ? slot_blocks * Cfg::kBlockElems : 0;
-          b_plane[ks] = static_cast<uint32_t>((kHalves == 2 ? h : ks) * 2 * p.halo.plane_slots);
+          b_k[ks] = static_cast<uint32_t>((kHalves == 2 ? h : ks) * 2);  // 32 bytes a k-step
         }
         auto load_a = [&](uint32_t (&buf)[KS][4], int t) {
           t = t < taps ? t : taps - 1;  // past the last tap: a harmless reload, no branch
@@ -521,7 +525,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
             for (int ks = 0; ks < KS; ++ks) {
 #pragma unroll
               for (int s = 0; s < kStrips; ++s) {
-                wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b_tap + s * band_slots + b_plane[ks]);
+                wgmma_rs<T, kN, 0>(acc[s], a[j][ks], b_tap + s * band_units + b_k[ks]);
               }
             }
             wgmma_commit();

@@ -1134,8 +1134,9 @@ inline bool strip_halo_shape(const BsmmBlocksArgs& a, int R, int strips, StripHa
   s->left = left;
   s->right = right;
   s->row_slots = 8 + left + right;
-  s->band_slots = static_cast<int>((band_rows * s->row_slots + 7) / 8 * 8);
-  s->plane_slots = strips * s->band_slots;
+  constexpr int kAtom = StripHaloShape::kAtomUnits;
+  s->band_units = static_cast<int>((band_rows * s->row_slots * 4 + kAtom - 1) / kAtom * kAtom);
+  s->halo_units = strips * s->band_units;
   const bool broadcast = a.in_group_stride == 0 || a.groups == 1;
   s->group_step = broadcast ? 0 : 1;
   const uint64_t images = static_cast<uint64_t>(a.rows / g.row_pixels());
@@ -1145,8 +1146,9 @@ inline bool strip_halo_shape(const BsmmBlocksArgs& a, int R, int strips, StripHa
                             static_cast<uint64_t>(g.rows_h), images, broadcast ? 1u : static_cast<uint64_t>(a.groups)};
   const uint64_t strides[4] = {pixel_bytes, g.rows_w * pixel_bytes, image_bytes,
                                broadcast ? image_bytes * images : static_cast<uint64_t>(a.in_group_stride) * 2};
-  const uint32_t box[5] = {8, static_cast<uint32_t>(s->row_slots), static_cast<uint32_t>(band_rows), 1, 1};
-  return encode_tensor_map_16bit(map, a.in, dims, strides, box);
+  // A pixel's 32 channels are a box row of 64 bytes, swizzled as the wgmma reads them.
+  const uint32_t box[5] = {32, static_cast<uint32_t>(s->row_slots), static_cast<uint32_t>(band_rows), 1, 1};
+  return encode_tensor_map_16bit(map, a.in, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B);
 }
 
 template <typename T, int BS>
@@ -1163,11 +1165,11 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     using Cfg32 = ConvStripConfig<T, 32, BS>;
     if (!strip_halo_shape(a, shape->strip_rows, 32 / shape->strip_rows, &hp->halo, &hp->halo_map)) return false;
     if (taps > Cfg32::kMaxTaps) return false;
-    const int slots = hp->halo.plane_slots;
+    const int halo_units = hp->halo.halo_units;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     auto stages_for = [&](bool split) {
-      return shape->strip_rows == 32 ? Cfg32::stages_for(taps, slots, split)
-                                     : ConvStripConfig<T, 16, BS>::stages_for(taps, slots, split);
+      return shape->strip_rows == 32 ? Cfg32::stages_for(taps, halo_units, split)
+                                     : ConvStripConfig<T, 16, BS>::stages_for(taps, halo_units, split);
     };
     // Sub-items per warpgroup (JBS_CONV_STRIP_SPLIT=0/1 forces) where whole items leave room
     // for only 2 slots and the split for more (3x3: 2 whole, 3 split), below density 3/8:
@@ -1237,7 +1239,7 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
       return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.plane_slots, p.split, p.stages)),
+                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.halo_units, p.split, p.stages)),
                            stream, p);
     };
     using I32 = std::integral_constant<int, 32>;
