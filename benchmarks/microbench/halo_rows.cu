@@ -8,8 +8,10 @@
 //    Each descriptor variant (base offset 0, or the start's pattern phase) is checked against
 //    an exact integer reference for several shifts.
 // 2. Throughput: the TMA unit's rate on the halo, one item's 32 channels as 4 boxes of 16-byte
-//    rows (8-channel planes, as the kernel loads it) against 1 box of 64-byte rows, every SM
-//    streaming items of a 42 MB activation (issue 4's 64 x 32 x 32 x 320) through a 4-slot ring.
+//    rows (8-channel planes, as the kernel loaded it until session 46) against 1 box of
+//    64-byte rows, every SM streaming items of a 42 MB activation (issue 4's 64 x 32 x 32 x
+//    320) through a 4-slot ring; and, for comparison, the same bytes by one 1-D bulk copy from
+//    a contiguous copy of every item (added after session 46's runs: not yet run).
 //
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //     -o /tmp/halo_rows benchmarks/microbench/halo_rows.cu && /tmp/halo_rows
@@ -96,9 +98,12 @@ __global__ void check_kernel(const __grid_constant__ CUtensorMap map, const T* a
 }
 
 // One warp per CTA streams `items` halo items through a 4-slot ring: MODE 0, 4 boxes of
-// 8 channels (16-byte rows); MODE 1, one box of 32 channels (64-byte rows, 64-byte swizzle).
+// 8 channels (16-byte rows); MODE 1, one box of 32 channels (64-byte rows, 64-byte swizzle);
+// MODE 2, the same bytes as one 1-D bulk copy from a contiguous copy of the halo (what a
+// prepass that lays items out contiguously, pre-swizzled, would let a kernel load).
 template <int MODE>
-__global__ void stream_kernel(const __grid_constant__ CUtensorMap map, int items, int blocks, int images) {
+__global__ void stream_kernel(const __grid_constant__ CUtensorMap map, const char* contiguous, int items, int blocks,
+                              int images) {
   constexpr int kSlots = 4;
   __shared__ __align__(8) uint64_t full[kSlots];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(dynamic_smem()) + 1023) & ~uintptr_t{1023});
@@ -121,6 +126,10 @@ __global__ void stream_kernel(const __grid_constant__ CUtensorMap map, int items
       tma_load_5d(dst + lane * kPlaneBytes, &map, block * 32 + lane * 8, x0 - 1, -1, image, 0, &full[s]);
     }
     if (MODE == 1 && lane == 0) tma_load_5d(dst, &map, block * 32, x0 - 1, -1, image, 0, &full[s]);
+    if (MODE == 2 && lane == 0) {
+      bulk_copy_g2s(dst, contiguous + (static_cast<int64_t>(item) % (4 * images * blocks)) * kHaloBytes, kHaloBytes,
+                    &full[s]);
+    }
   }
   for (int i = items; i < items + kSlots; ++i) mbarrier_wait(&full[i % kSlots], ((i / kSlots) - 1) & 1);
 }
@@ -202,14 +211,18 @@ int main() {
   const int smem = 4 * 22528 + 1024, items = 2000;
   cudaFuncSetAttribute(stream_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaFuncSetAttribute(stream_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaFuncSetAttribute(stream_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  char* contiguous;  // every (strip, block) item's halo, one after another (~56 MB)
+  cudaMalloc(&contiguous, size_t{4} * images * blocks * kHaloBytes);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   for (int rep = 0; rep < 2; ++rep) {
-    for (int mode = 0; mode < 2; ++mode) {
+    for (int mode = 0; mode < 3; ++mode) {
       auto launch = [&] {
-        if (mode == 0) stream_kernel<0><<<sms, 32, smem>>>(planes, items, blocks, images);
-        else stream_kernel<1><<<sms, 32, smem>>>(rows, items, blocks, images);
+        if (mode == 0) stream_kernel<0><<<sms, 32, smem>>>(planes, contiguous, items, blocks, images);
+        if (mode == 1) stream_kernel<1><<<sms, 32, smem>>>(rows, contiguous, items, blocks, images);
+        if (mode == 2) stream_kernel<2><<<sms, 32, smem>>>(rows, contiguous, items, blocks, images);
       };
       launch();
       cudaEventRecord(start);
@@ -221,7 +234,7 @@ int main() {
       const double us_per_item = ms * 1e3 / items;
       const double bytes_per_cycle = kHaloBytes / (us_per_item * clock_khz * 1e-3);
       printf("halo as %s: %.3f us per item per SM, %.1f bytes per cycle per SM (%.0f GB/s over %d SMs) [%s]\n",
-             mode == 0 ? "4 boxes of 16-byte rows" : "1 box of 64-byte rows ", us_per_item, bytes_per_cycle,
+             mode == 0 ? "4 boxes of 16-byte rows" : mode == 1 ? "1 box of 64-byte rows " : "1 bulk copy, contiguous", us_per_item, bytes_per_cycle,
              double(kHaloBytes) * items * sms / (ms * 1e6), sms, cudaGetErrorString(cudaGetLastError()));
     }
   }
