@@ -113,7 +113,7 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static constexpr int64_t slot_elems(int taps, int halo_units, bool split) {
     return halo_elems(halo_units) + static_cast<int64_t>(taps) * slot_blocks(split) * kBlockElems;
   }
-  static constexpr int kRingAlign = 512;  // bytes: the 64-byte swizzle's atom (conv/strip_halo.cuh)
+  static constexpr int kRingAlign = StripHaloShape::kAtomUnits * 16;  // bytes: a 64-byte swizzle atom
   // The ring, the epilogue's staging and one zero block (the A operand of an absent column),
   // and the slack that aligns the ring.
   static constexpr int64_t smem_bytes(int taps, int halo_units, bool split, int stages) {
