@@ -13,7 +13,9 @@
 // The session-46 probe measured the kernel's stores at ~8.7 us of 41 (fwd 2x3 bs 32 1/8):
 // this tells whether TMA stores drain a unit faster than the lanes do, and how long a
 // unit's drain takes (benchmarks/NOTES.md, session 46, next step 1).
-// (Written in session 46 after its device time ran out: compiled, not yet run.)
+// Session 47 (H200): all three ~2.0 us per unit per SM, 16.5-16.9 bytes per cycle, 4.3-4.4
+// TB/s in all: with every SM writing, HBM's write rate bounds them alike, so TMA stores free
+// the consumers' issue but do not write faster (benchmarks/NOTES.md, session 47).
 //
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //     -o /tmp/unit_store_rate benchmarks/microbench/unit_store_rate.cu && /tmp/unit_store_rate
@@ -36,19 +38,6 @@ constexpr int kUnitBytes = 256 * 4 * 32 * 2;
 constexpr int kRepeats = 8;  // the whole walk, so that each SM writes ~45 units
 
 __device__ int column_of(int group, int c) { return (4 * group + c) % kColumns; }
-
-__device__ void tma_store_5d(const CUtensorMap* map, const void* src, int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
-          reinterpret_cast<uint64_t>(map)),
-      "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(0), "r"(smem_u32(src))
-      : "memory");
-}
-
-template <int N>
-__device__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
 
 // MODE 0: lanes; 1: tma; 2: tma x2.
 template <int MODE>
@@ -76,22 +65,22 @@ __global__ void __launch_bounds__(256, 1) store_kernel(const __grid_constant__ C
         // have read it: the previous unit's (tma) or the one before (tma x2). Then every
         // thread stages the unit, as the epilogue's stmatrix would, and thread 0 stores it.
         if (tid == 0) {
-          if (MODE == 1) bulk_wait_read<0>();
-          if (MODE == 2) bulk_wait_read<1>();
+          if (MODE == 1) bulk_wait_group_read<0>();
+          if (MODE == 2) bulk_wait_group_read<1>();
         }
         __syncthreads();
         for (int i = tid; i < kUnitBytes / 16; i += 256) reinterpret_cast<uint4*>(stage)[i] = uint4{};
         fence_proxy_async();
         __syncthreads();
         if (tid == 0) {
-          for (int c = 0; c < 4; ++c) tma_store_5d(&map, stage + c * (kUnitBytes / 4), column_of(group, c) * 32, x0, 0, image);
+          for (int c = 0; c < 4; ++c) tma_store_5d(&map, stage + c * (kUnitBytes / 4), column_of(group, c) * 32, x0, 0, image, 0);
           bulk_commit_group();
         }
         if (MODE == 2) buffer ^= 1;
       }
     }
   }
-  if (tid == 0) bulk_wait_read<0>();
+  if (tid == 0) bulk_wait_group_read<0>();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Tiled TMA loads (cp.async.bulk.tensor) of boxes of a 5-D tensor into shared
-// memory, completing on an mbarrier (common/mbarrier.cuh), and the host side
-// that encodes the tensor map.
+// memory, completing on an mbarrier (common/mbarrier.cuh), the stores of boxes
+// back, and the host side that encodes the tensor map.
 //
 // Why: a conv halo is a box of an NHWC image batch (rows x pixels x 8
 // channels) whose parts outside the image are zeros. One TMA instruction moves
@@ -28,6 +28,23 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
       "%6}], [%7];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// The box at (c0 .. c4) of `map` from src (aligned to its swizzle's span), in the calling
+// thread's bulk async-group (commit, then wait with common/mbarrier.cuh's
+// bulk_wait_group_read before src is written again). Coordinates past the tensor's end are
+// not written. Writes to src must be made visible to it by fence_proxy_async first.
+__device__ __forceinline__ void tma_store_5d(const CUtensorMap* map, const void* src, int c0, int c1, int c2, int c3,
+                                             int c4) {
+#ifdef JBS_MBARRIER_AVAILABLE
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(src))
       : "memory");
 #else
   __trap();
