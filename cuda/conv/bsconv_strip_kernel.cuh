@@ -69,6 +69,7 @@ namespace jbs {
 
 struct ConvStripParams : GroupParams {
   CUtensorMap halo_map;  // the activations, in boxes of one strip's halo, 64-byte swizzled rows (conv/strip_halo.cuh)
+  CUtensorMap w_map;     // the weights, in boxes of one block at every tap (strip_weight_map in matmul/bsmm_launch.cuh)
   int nnz_per_tap;       // weight blocks of one tap: w holds taps x nnz_per_tap
   StripHaloShape halo;
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
@@ -105,10 +106,11 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static constexpr int kOutElems = (kConsumerThreads / 128) * kOutBuffers * kOutPixels * kOutLd;
   static constexpr int64_t halo_elems(int halo_units) { return static_cast<int64_t>(halo_units) * 8; }
   // Weight blocks of one tap a slot holds: all P x halves of an item, or (bs 32) a
-  // warpgroup's 2 of a sub-item. A tap's block of column c is c (bs 32); of column c,
-  // half h, it is h * P + its rank among the half's present blocks (bs 16).
+  // warpgroup's 2 of a sub-item, each at every tap ([slot block][tap]). Column c's slot
+  // block is c (bs 32); half h's of column c, h * P + its rank among the half's present
+  // blocks (bs 16).
   static constexpr int slot_blocks(bool split) { return split ? 2 : kP * kHalves; }
-  // A ring slot: the halo, then every tap's blocks (a multiple of 512 bytes, so every
+  // A ring slot: the halo, then the blocks (a multiple of 512 bytes, so every
   // slot's halo starts on a swizzle atom, as the ring does).
   static constexpr int64_t slot_elems(int taps, int halo_units, bool split) {
     return halo_elems(halo_units) + static_cast<int64_t>(taps) * slot_blocks(split) * kBlockElems;
@@ -162,7 +164,6 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   const int width = g.rows_w, height = g.rows_h;
   const int band_units = p.halo.band_units;
   const bool split = kHalves == 1 && p.split != 0;
-  const int slot_blocks = Cfg::slot_blocks(split);
   const int64_t halo_elems = Cfg::halo_elems(p.halo.halo_units);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.halo_units, split);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
@@ -198,8 +199,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
 
   if (warp >= kLoaderWarp) {
     warpgroup_reg_dealloc<Cfg::kLoaderRegs>();
-    // bs 16: all 4 loader warps walk the items and share the block copies (the dx's are one
-    // per block, issued lane by lane); the first also publishes each slot and loads its halo.
+    // bs 16: all 4 loader warps walk the items and share the blocks' boxes; the first also
+    // publishes each slot and loads its halo.
     // Each arrives on the slot's full barrier expecting its own bytes, so no phase completes
     // without every copy warp: none can fall a ring behind (a warp with nothing to copy
     // for an item would otherwise not be waited for, and its parity wait on `empty` could
@@ -210,14 +211,14 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     // The loader: (sub-)item i of the CTA's walk (over all its units) goes to ring slot
     // i % stages once the consumers have released (sub-)item i - stages there. Each is
     // the halo (one TMA box per strip, zeros outside the image, so a slot never
-    // keeps another tile's pixels) and every tap's present blocks, raw (row-major, BS x
-    // BS) at tap t, slot block b: one bulk copy each (bs 16: each run of them), all on the
-    // slot's full barrier. At bs 16 an item is the union rows of channel blocks 2b and
+    // keeps another tile's pixels) and every present block at every tap, raw (row-major, BS x
+    // BS) at slot block b, tap t: one TMA box per block (all its taps), all on the slot's
+    // full barrier. At bs 16 an item is the union rows of channel blocks 2b and
     // 2b + 1 (halves 0 and 1; either may be absent). With p.split (bs 32) an item whose
     // two warpgroups both have blocks goes out as two sub-items, one per warpgroup, each
     // with the halo: the slots hold 2 columns instead of 4, so more of them fit, and the
     // warpgroups no longer work in step.
-    const T* const w = static_cast<const T*>(p.w) + blockIdx.y * p.w_group_stride;
+    const int w_group = p.w_group_stride == 0 ? 0 : static_cast<int>(blockIdx.y);  // (p.w_map's group)
     typename Halo::Pos pos[kStrips];
     auto on_unit = [&](int64_t tile) {
       if (publisher) Halo::strips_of(g, tile, pos);
@@ -263,15 +264,32 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         const int stage = ring.stage;
         if (ring.reused) mbarrier_wait(&empty[stage], ring.phase ^ 1u);  // the slot's previous item released
         T* const slot = smem + stage * slot_elems;
-        // This warp's bytes: every block (bs 32), or its share of the taps and halves (bs 16).
-        int bytes = taps * __popc(cols) * Cfg::kBlockElems * static_cast<int>(sizeof(T));
-        if constexpr (kHalves == 2) {
-          bytes = 0;
-          for (int j = copy_warp + kCopyWarps * lane; j < taps * 2; j += 32 * kCopyWarps) {
-            bytes += __popc(cols & (0x5555u << (j & 1))) * Cfg::kBlockElems * static_cast<int>(sizeof(T));
-          }
-          bytes = __reduce_add_sync(0xffffffffu, bytes);
+        // The item's blocks: pair j = h * P + c (column c, half h) present, its block at every
+        // tap by one TMA box of p.w_map, into slot block `slot_pair(j)` (bs 32: the column's
+        // slot; bs 16: h * P + its rank among the half's present blocks), [slot block][tap].
+        // (As bulk copies, one per tap and block (bs 16: per tap and half), each a loop
+        // iteration of ~10 uniform-datapath instructions, the loader ran 409 instructions an
+        // item at fwd 2x3 bs 32 1/8, where 9 copies are 1.5 boxes; benchmarks/NOTES.md,
+        // session 47.) The copy warps take the pairs in turn.
+        auto pair_block = [&](int j) {
+          const int h = j / kP, c = j - h * kP;
+          int block = -1;
+#pragma unroll
+          for (int k = 0; k < kP; ++k) block = k == c ? (h == 0 ? lo[1 + k] : hi[1 + k]) : block;
+          return ((cols >> (c * kHalves + h)) & 1u) ? block : -1;
+        };
+        auto slot_pair = [&](int j) {
+          const int h = j / kP, c = j - h * kP;
+          if constexpr (kHalves == 2) return h * kP + __popc(cols & (0x5555u << h) & ((1u << (2 * c)) - 1u));
+          return split ? c - 2 * half : c;
+        };
+        constexpr int kPairs = kHalves * kP;
+        const int box_bytes = taps * Cfg::kBlockElems * static_cast<int>(sizeof(T));
+        int bytes = 0;  // this warp's
+        for (int j = copy_warp + kCopyWarps * lane; j < kPairs; j += 32 * kCopyWarps) {
+          bytes += pair_block(j) >= 0 ? box_bytes : 0;
         }
+        bytes = __reduce_add_sync(0xffffffffu, bytes);
         if (lane == 0) {
           if (publisher) slot_info[stage] = cols | (last ? kStripLastOfUnit : 0u);  // published by the arrival (release)
           mbarrier_arrive_expect_tx(&full[stage], (publisher ? Halo::bytes(p.halo) : 0) + bytes);
@@ -282,59 +300,11 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           Halo::issue(p.halo, &p.halo_map, pos, item_block, static_cast<int>(blockIdx.y) * p.halo.group_step, lane,
                       slot, &full[stage]);
         }
-        if constexpr (kHalves == 1) {
-          for (int j = lane; j < taps * slot_blocks; j += 32) {
-            // Slot block b of tap t: column q.
-            const int t = j / slot_blocks, b = j - t * slot_blocks;
-            const int q = split ? b + 2 * half : b;
-            int block = -1;
-#pragma unroll
-            for (int c = 0; c < kP; ++c) block = c == q ? lo[1 + c] : block;
-            if ((cols >> q) & 1u) {
-              bulk_copy_g2s(slot + halo_elems + j * Cfg::kBlockElems,
-                            w + static_cast<int64_t>(block + t * p.nnz_per_tap) * Cfg::kBlockElems,
-                            Cfg::kBlockElems * sizeof(T), &full[stage]);
-            }
-          }
-        } else {
-          // bs 16: tap t's present blocks of half h, packed in column order at slot blocks
-          // 16 t + 8 h... A half's blocks are one channel-block row of the forward layout's
-          // columns 8 q..8 q + 7, so in the fwd they are consecutive in w: one bulk copy
-          // (the loader issues each copy lane by lane: 72 copies of single blocks per item
-          // cost a 3x3 at 1/2 225.9 us against 161.2 with none; benchmarks/NOTES.md,
-          // session 22). The dx's are a column's, and paired groups' columns are apart: one
-          // copy per block.
-          for (int j = copy_warp + kCopyWarps * lane; j < taps * 2; j += 32 * kCopyWarps) {
-            const int t = j >> 1, h = j & 1;
-            // One run: present blocks at consecutive indices, rising with the column (the
-            // rank order the consumers read them in).
-            int first = -1, next = -1;
-            bool run = true;
-#pragma unroll
-            for (int c = 0; c < kP; ++c) {
-              const int block = h == 0 ? lo[1 + c] : hi[1 + c];
-              if (block >= 0) {
-                run = run && (first < 0 || block == next);
-                first = first < 0 ? block : first;
-                next = block + 1;
-              }
-            }
-            const int count = first < 0 ? 0 : next - first;
-            T* const dst = slot + halo_elems + (t * 2 + h) * kP * Cfg::kBlockElems;
-            const T* const src = w + static_cast<int64_t>(t) * p.nnz_per_tap * Cfg::kBlockElems;
-            if (first >= 0 && run) {
-              bulk_copy_g2s(dst, src + static_cast<int64_t>(first) * Cfg::kBlockElems,
-                            count * Cfg::kBlockElems * static_cast<int>(sizeof(T)), &full[stage]);
-            } else {
-              int rank = 0;
-              for (int c = 0; c < kP; ++c) {
-                const int block = h == 0 ? lo[1 + c] : hi[1 + c];
-                if (block >= 0) {
-                  bulk_copy_g2s(dst + rank++ * Cfg::kBlockElems, src + static_cast<int64_t>(block) * Cfg::kBlockElems,
-                                Cfg::kBlockElems * sizeof(T), &full[stage]);
-                }
-              }
-            }
+        for (int j = copy_warp + kCopyWarps * lane; j < kPairs; j += 32 * kCopyWarps) {
+          const int block = pair_block(j);
+          if (block >= 0) {
+            tma_load_5d(slot + halo_elems + static_cast<int64_t>(slot_pair(j)) * taps * Cfg::kBlockElems, &p.w_map, 0,
+                        0, block, 0, w_group, &full[stage]);
           }
         }
         ring.advance();
@@ -495,8 +465,8 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           const int slot_block =
               kHalves == 2 ? h * kP + __popc(info & (0x5555u << h) & ((1u << (2 * my_column)) - 1u))
                            : split ? my_column & 1 : my_column;
-          a_base[ks] = present ? ws + slot_block * Cfg::kBlockElems : zero_block;
-          a_tap_stride[ks] = present ? slot_blocks * Cfg::kBlockElems : 0;
+          a_base[ks] = present ? ws + slot_block * taps * Cfg::kBlockElems : zero_block;
+          a_tap_stride[ks] = present ? Cfg::kBlockElems : 0;
           b_k[ks] = static_cast<uint32_t>((kHalves == 2 ? h : ks) * 2);  // 32 bytes a k-step
         }
         auto load_a = [&](uint32_t (&buf)[KS][4], int t) {

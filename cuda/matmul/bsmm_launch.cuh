@@ -1151,6 +1151,24 @@ inline bool strip_halo_shape(const BsmmBlocksArgs& a, int R, int strips, StripHa
   return encode_tensor_map_16bit(map, a.in, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B);
 }
 
+// The TMA map of the strip kernel's weights `a.w` ((weight groups,) taps, blocks of a tap,
+// BS x BS) as (256 elements, BS^2 / 256 rows of them, block, tap, group), in boxes of one
+// block at every tap: a slot block's taps in one instruction.
+template <int BS>
+bool strip_weight_map(const BsmmBlocksArgs& a, int taps, CUtensorMap* map) {
+  constexpr uint64_t kRowElems = 256, kRows = BS * BS / 256, kBlockBytes = BS * BS * 2;
+  static_assert(kRows >= 1 && BS * BS % 256 == 0, "a block is whole rows of 256 elements");
+  const uint64_t per_tap = static_cast<uint64_t>(a.nnz / taps);
+  const bool one_group = a.w_group_stride == 0 || a.groups == 1;
+  const uint64_t dims[5] = {kRowElems, kRows, per_tap, static_cast<uint64_t>(taps),
+                            one_group ? 1u : static_cast<uint64_t>(a.groups)};
+  const uint64_t strides[4] = {kRowElems * 2, kBlockBytes, per_tap * kBlockBytes,
+                               one_group ? per_tap * kBlockBytes * taps : static_cast<uint64_t>(a.w_group_stride) * 2};
+  const uint32_t box[5] = {static_cast<uint32_t>(kRowElems), static_cast<uint32_t>(kRows), 1,
+                           static_cast<uint32_t>(taps), 1};
+  return encode_tensor_map_16bit(map, a.w, dims, strides, box);
+}
+
 template <typename T, int BS>
 bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStripShape* shape) {
   if constexpr (kIs16Bit<T> && (BS == 32 || BS == 16)) {
@@ -1164,7 +1182,7 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     if (width % 8 != 0 || shape->strip_rows == 0 || shape->taps_per_wait == 0) return false;
     using Cfg32 = ConvStripConfig<T, 32, BS>;
     if (!strip_halo_shape(a, shape->strip_rows, 32 / shape->strip_rows, &hp->halo, &hp->halo_map)) return false;
-    if (taps > Cfg32::kMaxTaps) return false;
+    if (taps > Cfg32::kMaxTaps || !strip_weight_map<BS>(a, taps, &hp->w_map)) return false;
     const int halo_units = hp->halo.halo_units;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     auto stages_for = [&](bool split) {
