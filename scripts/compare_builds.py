@@ -7,8 +7,9 @@ compare, each in its own process (one extension per process):
   python3 -P scripts/compare_builds.py --check /tmp/old.npz    # with the new one
 Environment settings (JBS_* switches) apply to both runs as usual. The cases are fwd and dx of
 16-bit types at bs 8, 16 and 32 on power-law layouts with an empty block row and column, at
-N = 32 and 7, on fresh random data with a fixed seed; with --suite conv, fwd and dx of 2x3 and
-3x3 convolutions (PixelCNN++'s paddings, 32 x 32 images, 320 channels) at bs 16 and 32.
+N = 32 and 7, on fresh random data with a fixed seed; with --suite conv, fwd, dx and dw of 2x3
+and 3x3 convolutions (PixelCNN++'s paddings, 32 x 32 and 8 x 8 images, 320 channels) at bs 16
+and 32.
 """
 
 from __future__ import annotations
@@ -47,14 +48,19 @@ def conv_outputs() -> dict[str, np.ndarray]:
         for bs in (16, 32):
             for kernel, padding in (((2, 3), ((1, 0), (1, 1))), ((3, 3), "SAME")):
                 for density in (0.5, 0.125):
-                    layout = power_law_layout(rng, 320 // bs, 320 // bs, density)
-                    conv = jbs.BlockSparseConv(layout, bs, kernel, padding=padding)
-                    x, w, g = data(rng, (3, 32, 32, 320), dtype), data(rng, conv.w_shape, dtype), data(
-                        rng, (3, 32, 32, 320), dtype)
-                    y, vjp = jax.vjp(lambda x_: conv(x_, w), x)
-                    key = f"{jnp.dtype(dtype).name}_bs{bs}_{kernel[0]}x{kernel[1]}_d{density}"
-                    results[key + "_fwd"] = np.asarray(y.astype(jnp.float32))
-                    results[key + "_dx"] = np.asarray(vjp(g)[0].astype(jnp.float32))
+                    # 8 x 8 images: a 256-pixel tile holds 4 of them (the dw halo's bands)
+                    for size in (32, 8) if density == 0.5 else (32,):
+                        layout = power_law_layout(rng, 320 // bs, 320 // bs, density)
+                        conv = jbs.BlockSparseConv(layout, bs, kernel, padding=padding)
+                        x, w, g = (data(rng, (3 * (32 // size) ** 2, size, size, 320), dtype),
+                                   data(rng, conv.w_shape, dtype),
+                                   data(rng, (3 * (32 // size) ** 2, size, size, 320), dtype))
+                        y, vjp = jax.vjp(conv, x, w)
+                        dx, dw = vjp(g)
+                        key = f"{jnp.dtype(dtype).name}_bs{bs}_{kernel[0]}x{kernel[1]}_d{density}_s{size}"
+                        results[key + "_fwd"] = np.asarray(y.astype(jnp.float32))
+                        results[key + "_dx"] = np.asarray(dx.astype(jnp.float32))
+                        results[key + "_dw"] = np.asarray(dw.astype(jnp.float32))
     return results
 
 

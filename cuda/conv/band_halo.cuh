@@ -48,33 +48,40 @@ __device__ __forceinline__ int band_slot(const BandHaloShape& s, int width, int 
 
 template <typename T, int PLANES, int NTHREADS>
 struct BandHalo {
-  static_assert(PLANES <= 4, "two bits of plane per copy");
-  static constexpr int kCopies = kBandMaxHaloCopies / NTHREADS;  // per thread
-  int copy_of[kCopies];  // plane | x << 2 | y << 8 | band << 16; -1: none
-  int64_t image0 = 0;           // the tile's first image ...
-  int h0 = 0;                   // ... and its first row there
-
+  static_assert(PLANES <= 4 && NTHREADS % 32 == 0, "whole warps of copiers");
+  static constexpr int kCopies = kBandMaxHaloCopies / NTHREADS;  // per thread, at most
+  static constexpr int kPixelsPerWarp = 32 / PLANES;
+  // Pixels from one of a thread's copies to its next: the threads' warps' pixels.
+  static constexpr int kPixelStep = NTHREADS / 32 * kPixelsPerWarp;
+  // A copy step is whole image rows (W = 8, 16 or 32), and at most 8 of them: never more
+  // than a band (band_rows >= image_rows >= 8), so the walk below crosses into the next band
+  // with one subtraction.
+  static_assert(kPixelStep % 32 == 0 && kPixelStep <= 64, "a copy step of 1 to 8 image rows");
   // This thread's copies, the same for every tile and channel block: copy idx = tid + k *
   // NTHREADS; the 32 copies of a warp are 32 / PLANES consecutive pixels (pixel =
   // (band * band_rows + y) * W + x) in each plane, lanes along the pixels, so that 8 lanes
   // write 128 contiguous bytes of one plane. (Lanes along the planes of one pixel wrote 4
   // planes a multiple of 128 bytes apart: Nsight Compute counted 3-4x the ideal shared-memory
-  // wavefronts and 2x the ideal L2 sectors for those copies, session 16.)
+  // wavefronts and 2x the ideal L2 sectors for those copies, session 16.) So copy k is
+  // pixel first + k * kPixelStep of one plane: the same column x, band row first_row + k *
+  // kPixelStep / W. The loop over k follows the band row, its band and its pixel of the
+  // batch by increments. (Decoding each copy's fields afresh took ~50 instructions a copy
+  // and made the loader, at ~800 instructions a tile, the row group dw kernel's pace:
+  // benchmarks/NOTES.md, session 48.)
+  int plane = 0, x = 0;
+  int first_row = 0;  // band row of copy 0 (over all bands: band * band_rows + y)
+  int copies = 0;     // this thread's, <= kCopies
+  int64_t image0 = 0;  // the tile's first image ...
+  int h0 = 0;          // ... and its first row there
+
   __device__ __forceinline__ BandHalo(const BandHaloShape& s, int width, int tid) {
-    constexpr int kPixelsPerWarp = 32 / PLANES;
+    const int lane = tid % 32;
+    const int first = tid / 32 * kPixelsPerWarp + lane % kPixelsPerWarp;
     const int pixels = s.halo_copies / PLANES;
-#pragma unroll
-    for (int k = 0; k < kCopies; ++k) {
-      const int idx = tid + k * NTHREADS;
-      const int lane = idx % 32;
-      const int pixel = idx / 32 * kPixelsPerWarp + lane % kPixelsPerWarp;
-      const int band_row = pixel / width;
-      const int band = band_row / s.band_rows;
-      copy_of[k] = pixel < pixels
-                       ? (lane / kPixelsPerWarp) | (pixel - band_row * width) << 2 |
-                             (band_row - band * s.band_rows) << 8 | band << 16
-                       : -1;
-    }
+    plane = lane / kPixelsPerWarp;
+    x = first % width;
+    first_row = first / width;
+    copies = first < pixels ? min(kCopies, (pixels - first + kPixelStep - 1) / kPixelStep) : 0;
   }
 
   __device__ __forceinline__ void set_tile(int64_t tile, int width, int height) {
@@ -87,23 +94,27 @@ struct BandHalo {
   // (rows of in_cols elements, `rows` pixels in all) into dst.
   __device__ __forceinline__ void issue(T* dst, const T* column, const BandHaloShape& s, int width, int height,
                                         int64_t rows, int64_t in_cols) const {
-    const int64_t plane_elems = static_cast<int64_t>(s.plane_slots) * 8;
     const int row_slots = width + kBandPad;
+    const int step_rows = kPixelStep / width;  // band rows a copy step moves
+    int band = first_row / s.band_rows;
+    int y = first_row - band * s.band_rows;
+    // Pixel of the batch, and the slot of dst, of copy 0; then of copy k.
+    int64_t n = ((image0 + band) * height + h0 - s.top + y) * width + x;
+    T* slot = dst + static_cast<int64_t>(plane) * s.plane_slots * 8 + (first_row * row_slots + kBandPad + x) * 8;
+    const T* const src = column + plane * 8;
 #pragma unroll
     for (int k = 0; k < kCopies; ++k) {
-      int copy = copy_of[k];
-      // Opaque to the compiler: it decodes the copy here, for every tile, rather than hoist
-      // the decoded fields of all copies out of the caller's loop over tiles, which spilled a
-      // 128-thread loader's registers (bsconv_row_group_dw_kernel.cuh at bs 32, session 18).
-      asm volatile("" : "+r"(copy));
-      if (copy < 0) continue;
-      const int plane = copy & 3, x = (copy >> 2) & 63, y = (copy >> 8) & 255;
-      const int band = copy >> 16;
-      const int h = h0 + y - s.top;
-      const int64_t n = ((image0 + band) * height + h) * width + x;
-      const bool inside = h >= 0 && h < height && n < rows;
-      cp_async_16(dst + plane * plane_elems + ((band * s.band_rows + y) * row_slots + kBandPad + x) * 8,
-                  column + (inside ? n * in_cols + plane * 8 : 0), inside ? 16 : 0);
+      if (k >= copies) break;
+      const int h = h0 - s.top + y;
+      const bool inside = static_cast<unsigned>(h) < static_cast<unsigned>(height) && n < rows;
+      cp_async_16(slot, inside ? src + n * in_cols : column, inside ? 16 : 0);
+      slot += step_rows * row_slots * 8;
+      n += step_rows * width;
+      y += step_rows;
+      if (y >= s.band_rows) {  // into the next image's band (step_rows <= 8 <= band_rows)
+        y -= s.band_rows;
+        n += static_cast<int64_t>(height - s.band_rows) * width;
+      }
     }
   }
 };

@@ -132,17 +132,25 @@ __global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
     const T* const dy_chunk =
         dy_group + (chunk_present ? static_cast<int64_t>(__ldg(p.items + 2 * member_block + 1)) * BS : 0) +
         (chunk % (BS / 8)) * 8;
+    constexpr int kPixelStep = Cfg::kLoaderThreads / 8;
+    const int first_pixel = ltid >> 3;
+    const int64_t src_step = kPixelStep * p.dy_cols;
     for (int64_t c = 0; c < num_tiles; ++c) {
       const int stage = static_cast<int>(c % kStages);
       mbarrier_wait(&empty[stage], static_cast<uint32_t>((c / kStages) & 1) ^ 1u);
       T* const dys = smem + stage * stage_elems;
       const int64_t n0 = (first_tile + c) * kTN;
+      // This thread's pixels of the tile, first_pixel + 16 j, by increments (a few
+      // instructions a copy: the loader's count per tile is its pace, session 48); those past
+      // the batch, or of an absent block, zero-filled.
+      const int64_t left = chunk_present ? p.rows - n0 - first_pixel : 0;
+      const T* src = dy_chunk + (n0 + first_pixel) * p.dy_cols;
+      T* const dst = dys + first_pixel * Cfg::kLdDy + chunk * 8;
 #pragma unroll
-      for (int j = 0; j < kTN * 8 / Cfg::kLoaderThreads; ++j) {
-        const int pixel = (ltid >> 3) + j * (Cfg::kLoaderThreads / 8);
-        const bool copied = chunk_present && n0 + pixel < p.rows;
-        cp_async_16(dys + pixel * Cfg::kLdDy + chunk * 8, dy_chunk + (copied ? (n0 + pixel) * p.dy_cols : 0),
-                    copied ? 16 : 0);
+      for (int j = 0; j < kTN / kPixelStep; ++j) {
+        const bool copied = j * kPixelStep < left;
+        cp_async_16(dst + j * kPixelStep * Cfg::kLdDy, copied ? src : dy_chunk, copied ? 16 : 0);
+        src += src_step;
       }
       halo.set_tile(first_tile + c, width, height);
       halo.issue(dys + Cfg::kDyElems, x_col, p.band, width, height, p.rows, p.x_cols);
