@@ -62,6 +62,18 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw64(const void* smem, uint32_t s
   return wgmma_desc(smem, 16, sbo_bytes) | (uint64_t{2} << 62);  // layout type 2: 64-byte swizzle
 }
 
+// An MN-major operand (TRANS_B = 1: a row holds SWIZZLE_BYTES / 2 16-bit values of n for
+// one k) stored as TMA's 64- or 32-byte swizzle writes it, with n no wider than one row:
+// the 8 rows of an 8-k group are consecutive, the groups sbo_bytes apart. (For MN-major
+// swizzled layouts LBO would step along n, from one row-wide atom to the next: unused.) As
+// above, the start may be any whole row (the conv row group dw kernel's tap shifts).
+template <int SWIZZLE_BYTES>
+__device__ __forceinline__ uint64_t wgmma_desc_mn_swizzled(const void* smem, uint32_t sbo_bytes) {
+  static_assert(SWIZZLE_BYTES == 64 || SWIZZLE_BYTES == 32, "64- or 32-byte swizzle");
+  constexpr uint64_t kLayout = SWIZZLE_BYTES == 64 ? 2 : 3;  // layout types 2 and 3: 64- and 32-byte swizzle
+  return wgmma_desc(smem, 16, sbo_bytes) | (kLayout << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef JBS_WGMMA_AVAILABLE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

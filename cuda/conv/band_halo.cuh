@@ -1,6 +1,7 @@
 // The halo of the conv kernels that read their activations straight from shared
-// memory through wgmma descriptors (conv/bsconv_halo_ss_kernel.cuh,
-// conv/bsconv_row_group_dw_kernel.cuh), for a stride-1 conv on images 8, 16 or 32
+// memory through wgmma descriptors (conv/bsconv_halo_ss_kernel.cuh; the row group
+// dw kernel keeps the bands, rows and pads below but stores a slot as a pixel's BS
+// channels, one TMA box a tile), for a stride-1 conv on images 8, 16 or 32
 // pixels wide whose output has its input's size. A tile is 256 consecutive
 // pixels, i.e. 256 / W image rows (W divides 256, so tiles start on image rows).
 //

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common/dispatch.cuh"
@@ -1532,6 +1533,53 @@ cudaError_t launch_conv_halo_dw_variant(const BsmmDwArgs& a, cudaStream_t stream
 // (jbs/_src/lowering.py: _conv_row_group_dw).
 inline int conv_row_group_dw_env() { return env_switch("JBS_CONV_ROW_GROUP_DW"); }
 
+// The TMA map of the row group dw kernel's dy ((weight groups,) pixels, channels) as
+// (channels, pixels, group), in boxes of one block column and a 256-pixel tile, swizzled as
+// wide as a box row (ConvRowGroupDwConfig::dy_swizzle). TMA's coordinates are 32-bit: false
+// from 2^31 pixels on (the halo dw kernel takes those).
+template <int BS>
+bool conv_row_group_dw_dy_map(const BsmmDwArgs& a, CUtensorMap* map) {
+  if (a.rows >= (int64_t{1} << 31)) return false;
+  const bool one_group = a.groups == 1;
+  const uint64_t row_bytes = static_cast<uint64_t>(a.dy_cols) * 2;
+  const uint64_t dims[5] = {static_cast<uint64_t>(a.dy_cols), static_cast<uint64_t>(a.rows),
+                            one_group ? 1u : static_cast<uint64_t>(a.groups), 1, 1};
+  const uint64_t group_bytes = one_group ? row_bytes * static_cast<uint64_t>(a.rows)
+                                         : static_cast<uint64_t>(a.dy_group_stride) * 2;
+  const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes, group_bytes};
+  const uint32_t box[5] = {BS, 256, 1, 1, 1};
+  return encode_tensor_map_16bit(map, a.dy, dims, strides, box,
+                                 BS == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B);
+}
+
+// The TMA map of the row group dw kernel's x ((weight groups,) images, H, W, channels) as
+// (channels, W, H, images, groups), in boxes of one block row's channels and a tile's band
+// halo (conv/band_halo.cuh: `bands` images' band_rows rows of kBandPad + W pixels from column
+// -kBandPad), swizzled as wide as a pixel's BS channels (ConvRowGroupDwConfig::halo_elems):
+// the map's bounds fill the pads, the rows outside the image and the images past the batch
+// with zeros. TMA's coordinates are 32-bit: false from 2^31 images on.
+template <int BS>
+bool conv_row_group_dw_x_map(const BsmmDwArgs& a, const BandHaloShape& band, CUtensorMap* map) {
+  const RowGather& g = a.gather;
+  const int64_t image_pixels = g.row_pixels();
+  const int64_t images = a.rows / image_pixels;
+  if (a.rows % image_pixels != 0 || images >= (int64_t{1} << 31)) return false;
+  const bool one_group = a.groups == 1 || a.x_group_stride == 0;  // (stride 0: every group reads the same x)
+  const uint64_t pixel_bytes = static_cast<uint64_t>(a.x_cols) * 2;
+  const uint64_t image_bytes = pixel_bytes * static_cast<uint64_t>(image_pixels);
+  const uint64_t dims[5] = {static_cast<uint64_t>(a.x_cols), static_cast<uint64_t>(g.rows_w),
+                            static_cast<uint64_t>(g.rows_h), static_cast<uint64_t>(images),
+                            one_group ? 1u : static_cast<uint64_t>(a.groups)};
+  const uint64_t group_bytes = one_group ? image_bytes * static_cast<uint64_t>(images)
+                                         : static_cast<uint64_t>(a.x_group_stride) * 2;
+  const uint64_t strides[4] = {pixel_bytes, pixel_bytes * static_cast<uint64_t>(g.rows_w), image_bytes, group_bytes};
+  const uint32_t bands = static_cast<uint32_t>(256 / g.rows_w / band.image_rows);
+  const uint32_t box[5] = {BS, static_cast<uint32_t>(g.rows_w + kBandPad), static_cast<uint32_t>(band.band_rows), bands,
+                           1};
+  return encode_tensor_map_16bit(map, a.x, dims, strides, box,
+                                 BS == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B);
+}
+
 template <typename T, int BS>
 bool conv_row_group_dw_geometry(const BsmmDwArgs& a, ConvRowGroupDwParams* hp) {
   if constexpr (kIs16Bit<T> && (BS == 16 || BS == 32)) {
@@ -1539,13 +1587,22 @@ bool conv_row_group_dw_geometry(const BsmmDwArgs& a, ConvRowGroupDwParams* hp) {
     const int64_t taps = a.gather.taps();
     if (!a.gathered || a.row_groups == nullptr || a.row_group_size != Cfg::kGroup || a.num_row_groups <= 0 ||
         (taps != 4 && taps != 6 && taps != 9) || a.nnz % taps != 0 || a.num_row_groups > a.nnz / taps ||
-        !band_halo_shape(a.gather, Cfg::kPlanes, &hp->band) ||
-        Cfg::smem_bytes(static_cast<int>(taps), hp->band.plane_slots) > Cfg::kOptInBytes) {
+        !band_halo_shape(a.gather, BS / 8, &hp->band)) {
       return false;
     }
+    // The halo's slots are exactly its bands' rows: it lands as one box (ConvRowGroupDwConfig::halo_elems).
+    const int row_slots = a.gather.rows_w + kBandPad;
+    hp->band.plane_slots = 256 / a.gather.rows_w / hp->band.image_rows * hp->band.band_rows * row_slots;
+    const int most_stages = Cfg::stages_for(static_cast<int>(taps), hp->band.plane_slots);
+    if (most_stages == 0) return false;
+    // JBS_CONV_ROW_GROUP_DW_STAGES=max: as many as fit (ConvRowGroupDwConfig::kStages says why not).
+    const char* stages_env = std::getenv("JBS_CONV_ROW_GROUP_DW_STAGES");
+    hp->stages = stages_env != nullptr && std::strcmp(stages_env, "max") == 0 ? most_stages : Cfg::kStages;
     hp->nnz_per_tap = static_cast<int>(a.nnz / taps);
     hp->row_groups = a.row_groups;
-    return true;
+    // (no rows: no tiles, no boxes)
+    return a.rows <= 0 || (conv_row_group_dw_dy_map<BS>(a, &hp->dy_map) &&
+                           conv_row_group_dw_x_map<BS>(a, hp->band, &hp->x_map));
   }
   return false;
 }
@@ -1577,7 +1634,7 @@ cudaError_t launch_conv_row_group_dw_variant(const BsmmDwArgs& a, cudaStream_t s
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
       return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                           static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots)), stream, p);
+                           static_cast<size_t>(Cfg::smem_bytes(taps, p.band.plane_slots, p.stages)), stream, p);
     };
     const cudaError_t err = taps == 9   ? launch(std::integral_constant<int, 9>{})
                             : taps == 6 ? launch(std::integral_constant<int, 6>{})
