@@ -403,26 +403,26 @@ def test_conv_row_group_dw_kernel(rng, kernel_size, padding, dilation, bs, dtype
     check_three_ops(rng, conv, images + (5 * bs,), dtype)
 
 
-@pytest.mark.parametrize("x_axis", [0, None])
+@pytest.mark.parametrize("x_axis,g_axis", [(0, 0), (None, 0), (0, None)])
 @pytest.mark.parametrize("bs", [32, 16])
-def test_conv_row_group_dw_kernel_under_vmap(rng, x_axis, bs):
-    """The row group dw kernel under vmap: each slice's dy, and its x when x is stacked, at a
-    group coordinate of their tensor maps (a shared x: every group reads the one x). Tiles of 4
+def test_conv_row_group_dw_kernel_under_vmap(rng, x_axis, g_axis, bs):
+    """The row group dw kernel under vmap: each slice's x and dy, where stacked, at a group
+    coordinate of their tensor maps (a shared one: every group reads the one array). Tiles of 4
     images, the last one partly past each slice's 5 images, whose boxes must read zeros there and
     not the next slice's images. Each slice's weight gradient against float64."""
     rows, cols = 5, (6 if bs == 32 else 11)
     conv = jbs.BlockSparseConv(heavy_column_layout(rng, rows, cols, density=0.4), bs, (2, 3), 1, ((1, 0), (1, 1)))
     x = random_array(rng, ((3,) if x_axis == 0 else ()) + (5, 8, 8, rows * bs), jnp.bfloat16)
     w = random_array(rng, conv.w_shape, jnp.bfloat16)
-    g = random_array(rng, (3, 5, 8, 8, cols * bs), jnp.bfloat16)
-    dw = jax.jit(jax.vmap(lambda x, g: jax.vjp(lambda w: conv(x, w), w)[1](g)[0], in_axes=(x_axis, 0)))
+    g = random_array(rng, ((3,) if g_axis == 0 else ()) + (5, 8, 8, cols * bs), jnp.bfloat16)
+    dw = jax.jit(jax.vmap(lambda x, g: jax.vjp(lambda w: conv(x, w), w)[1](g)[0], in_axes=(x_axis, g_axis)))
     dws = dw(x, g)
     kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
     for i in range(3):
         xi = jnp.asarray(x[i] if x_axis == 0 else x, jnp.float32)
         pullback = jax.vjp(lambda k: dense_reference(conv, xi, k), kernel)[1]
-        assert rel_error(dws[i], f64(conv.from_dense(pullback(jnp.asarray(g[i], jnp.float32))[0]))) < tolerance(
-            jnp.bfloat16)
+        gi = jnp.asarray(g[i] if g_axis == 0 else g, jnp.float32)
+        assert rel_error(dws[i], f64(conv.from_dense(pullback(gi)[0]))) < tolerance(jnp.bfloat16)
     names = {name for name in kernel_names(dw, x, g) if "bsconv_" in name and "_dw_" in name}
     assert names and all("bsconv_row_group_dw_kernel" in name for name in names), names
 

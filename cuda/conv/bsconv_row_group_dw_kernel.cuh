@@ -174,6 +174,7 @@ __global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
     // -kBandPad: the map's bounds fill the pads, the rows outside the image and the images
     // past the batch with zeros.
     const int x_group = p.x_group_stride != 0 ? static_cast<int>(grp) : 0;
+    const int dy_group = p.dy_group_stride != 0 ? static_cast<int>(grp) : 0;
     const int stage_bytes =
         present * Cfg::kMemberElems * static_cast<int>(sizeof(T)) + static_cast<int>(Cfg::halo_bytes(p.band.plane_slots));
     int stage = 0;
@@ -187,8 +188,7 @@ __global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
 #pragma unroll
       for (int m = 0; m < Cfg::kGroup; ++m) {
         if (member_column[m] >= 0) {
-          tma_load_5d(dys + m * Cfg::kMemberElems, &p.dy_map, member_column[m], n0, static_cast<int>(grp), 0, 0,
-                      &full[stage]);
+          tma_load_5d(dys + m * Cfg::kMemberElems, &p.dy_map, member_column[m], n0, dy_group, 0, 0, &full[stage]);
         }
       }
       const int first_image_row = n0 / width;

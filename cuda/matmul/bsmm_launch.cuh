@@ -1540,7 +1540,7 @@ inline int conv_row_group_dw_env() { return env_switch("JBS_CONV_ROW_GROUP_DW");
 template <int BS>
 bool conv_row_group_dw_dy_map(const BsmmDwArgs& a, CUtensorMap* map) {
   if (a.rows >= (int64_t{1} << 31)) return false;
-  const bool one_group = a.groups == 1;
+  const bool one_group = a.groups == 1 || a.dy_group_stride == 0;  // (stride 0: every group reads the same dy)
   const uint64_t row_bytes = static_cast<uint64_t>(a.dy_cols) * 2;
   const uint64_t dims[5] = {static_cast<uint64_t>(a.dy_cols), static_cast<uint64_t>(a.rows),
                             one_group ? 1u : static_cast<uint64_t>(a.groups), 1, 1};
