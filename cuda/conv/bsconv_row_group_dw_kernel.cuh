@@ -74,7 +74,7 @@ struct ConvRowGroupDwConfig : WarpRoles<104, 200> {
   // warp and tile were part of the loader's pace: benchmarks/NOTES.md, session 48).
   static constexpr int kMemberElems = kTN * BS;
   static constexpr int kDyElems = kGroup * kMemberElems;
-  static constexpr int kSwizzleBytes = BS * 2;
+  static constexpr int kSwizzleBytes = BS * 2;  // dy's and the halo's rows (a pixel's BS channels)
   // An ldmatrix row's 16-byte chunk c of pixel p lies at chunk c ^ dy_swizzle(p) of the row
   // (TMA's 64- / 32-byte swizzle: address bits 4.. XOR bits 7..).
   static __device__ __forceinline__ int dy_swizzle(int pixel) { return BS == 32 ? (pixel >> 1) & 3 : (pixel >> 2) & 1; }
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
   // 16-byte units: a slot is BS / 8 of them.
   const int row_slots = width + kBandPad;
   constexpr uint32_t kSlotUnits = BS / 8;
-  const uint64_t b_base = wgmma_desc_mn_swizzled<BS * 2>(smem, (width >= 16 ? 8 : row_slots) * kSlotUnits * 16);
+  const uint64_t b_base = wgmma_desc_mn_swizzled<Cfg::kSwizzleBytes>(smem, (width >= 16 ? 8 : row_slots) * kSlotUnits * 16);
   const uint32_t stage_units = static_cast<uint32_t>(stage_elems / 8);
   constexpr uint32_t kDyUnits = Cfg::kDyElems / 8;
   int tap_slots[TAPS];  // tap t's shift of a pixel's slot, in 16-byte units

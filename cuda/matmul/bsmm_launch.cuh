@@ -1533,6 +1533,13 @@ cudaError_t launch_conv_halo_dw_variant(const BsmmDwArgs& a, cudaStream_t stream
 // (jbs/_src/lowering.py: _conv_row_group_dw).
 inline int conv_row_group_dw_env() { return env_switch("JBS_CONV_ROW_GROUP_DW"); }
 
+// The row group dw kernel's TMA swizzle: as wide as a pixel's BS channels
+// (ConvRowGroupDwConfig::kSwizzleBytes), for dy's rows and the halo's alike.
+template <int BS>
+constexpr CUtensorMapSwizzle row_group_dw_swizzle() {
+  return BS == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B;
+}
+
 // The TMA map of the row group dw kernel's dy ((weight groups,) pixels, channels) as
 // (channels, pixels, group), in boxes of one block column and a 256-pixel tile, swizzled as
 // wide as a box row (ConvRowGroupDwConfig::dy_swizzle). TMA's coordinates are 32-bit: false
@@ -1548,8 +1555,7 @@ bool conv_row_group_dw_dy_map(const BsmmDwArgs& a, CUtensorMap* map) {
                                          : static_cast<uint64_t>(a.dy_group_stride) * 2;
   const uint64_t strides[4] = {row_bytes, group_bytes, group_bytes, group_bytes};
   const uint32_t box[5] = {BS, 256, 1, 1, 1};
-  return encode_tensor_map_16bit(map, a.dy, dims, strides, box,
-                                 BS == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B);
+  return encode_tensor_map_16bit(map, a.dy, dims, strides, box, row_group_dw_swizzle<BS>());
 }
 
 // The TMA map of the row group dw kernel's x ((weight groups,) images, H, W, channels) as
@@ -1576,8 +1582,7 @@ bool conv_row_group_dw_x_map(const BsmmDwArgs& a, const BandHaloShape& band, CUt
   const uint32_t bands = static_cast<uint32_t>(256 / g.rows_w / band.image_rows);
   const uint32_t box[5] = {BS, static_cast<uint32_t>(g.rows_w + kBandPad), static_cast<uint32_t>(band.band_rows), bands,
                            1};
-  return encode_tensor_map_16bit(map, a.x, dims, strides, box,
-                                 BS == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B);
+  return encode_tensor_map_16bit(map, a.x, dims, strides, box, row_group_dw_swizzle<BS>());
 }
 
 template <typename T, int BS>
