@@ -138,10 +138,16 @@ __global__ void __launch_bounds__(ConvRowGroupDwConfig<T, BS>::kThreads, 1)
   const int64_t first_tile = min(static_cast<int64_t>(blockIdx.z) * per_split, all_tiles);
   const int64_t num_tiles = min(per_split, all_tiles - first_tile);
 
-  // Zeros in every stage once: the halo's pad slots and an absent member's part of dy's tile
-  // are never copied to.
-  for (int64_t i = tid; i < stages * stage_elems / 8; i += Cfg::kThreads) {
-    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  // Zeros in every stage once: the kBandPad slots after the halo, which the last row's shifted
+  // pixels read and no box writes. An absent member's part of dy's tile is left as it is:
+  // whatever it holds reaches only that member's rows of the accumulators, which the epilogue
+  // never stores. (Zeroing whole stages was ~6% of the kernel's samples at a few tiles per
+  // CTA: benchmarks/NOTES.md, sessions 49-50.)
+  constexpr int kPadQuads = kBandPad * BS / 8;  // 16-byte stores of one stage's pad
+  const int64_t pad_quad = (Cfg::kDyElems + Cfg::halo_elems(p.band.plane_slots)) / 8 - kPadQuads;
+  for (int i = tid; i < stages * kPadQuads; i += Cfg::kThreads) {
+    const int s = i / kPadQuads;
+    reinterpret_cast<uint4*>(smem + s * stage_elems)[pad_quad + (i - s * kPadQuads)] = make_uint4(0, 0, 0, 0);
   }
   fence_proxy_async();  // those generic writes before the TMA's async-proxy writes over them
   if (tid == 0) {

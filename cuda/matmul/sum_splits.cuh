@@ -55,25 +55,40 @@ __global__ void __launch_bounds__(kSumSplitsThreads) sum_splits_kernel(const flo
   }
 }
 
-// The same with 4 values per thread, read as float4s (elems a multiple of 4, few splits): the
-// group kernels' partials at mid N are whole output matrices (1-8 M values), which
-// sum_splits_kernel, one scalar load per split and thread, read at ~0.9 TB/s (12 us for two
-// 128 x 8192 partials, H200; benchmarks/NOTES.md, session 39).
+// The same with 4 values per thread, read as float4s (elems a multiple of 4, at most
+// kSumSplitsVecMost splits): the group kernels' partials at mid N are whole output matrices
+// (1-8 M values), which sum_splits_kernel, one scalar load per split and thread, read at
+// ~0.9 TB/s (12 us for two 128 x 8192 partials, H200; benchmarks/NOTES.md, session 39). A
+// thread issues all its splits' loads before the first add (the adds keep the split order,
+// so the bits are those of a running sum): small sums, such as the conv dw kernels' few
+// row splits of a 0.2-2 M-value dw, are a latency round trip or two of a few warps per
+// scheduler, not bandwidth (benchmarks/NOTES.md, session 50). 128 threads a CTA spread
+// those few warps over more SMs.
+constexpr int kSumSplitsVecMost = 16;
+constexpr int kSumSplitsVecThreads = 128;
+
 template <typename T>
-__global__ void __launch_bounds__(kSumSplitsThreads) sum_splits_vec4_kernel(const float4* partials, T* out,
-                                                                            int64_t groups, int64_t quads,
-                                                                            int splits) {
-  for (int64_t i = blockIdx.x * int64_t{kSumSplitsThreads} + threadIdx.x; i < groups * quads;
-       i += int64_t{gridDim.x} * kSumSplitsThreads) {
+__global__ void __launch_bounds__(kSumSplitsVecThreads) sum_splits_vec4_kernel(const float4* partials, T* out,
+                                                                               int64_t groups, int64_t quads,
+                                                                               int splits) {
+  for (int64_t i = blockIdx.x * int64_t{kSumSplitsVecThreads} + threadIdx.x; i < groups * quads;
+       i += int64_t{gridDim.x} * kSumSplitsVecThreads) {
     const int64_t g = i / quads, q = i - g * quads;
     const float4* src = partials + g * splits * quads + q;
-    float4 sum = __ldg(src);
-    for (int s = 1; s < splits; ++s) {
-      const float4 v = __ldg(src + s * quads);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
+    float4 split_values[kSumSplitsVecMost];
+#pragma unroll
+    for (int s = 0; s < kSumSplitsVecMost; ++s) {
+      if (s < splits) split_values[s] = __ldg(src + s * quads);
+    }
+    float4 sum = split_values[0];
+#pragma unroll
+    for (int s = 1; s < kSumSplitsVecMost; ++s) {
+      if (s < splits) {
+        sum.x += split_values[s].x;
+        sum.y += split_values[s].y;
+        sum.z += split_values[s].z;
+        sum.w += split_values[s].w;
+      }
     }
     alignas(4 * sizeof(T)) T packed[4] = {from_float<T>(sum.x), from_float<T>(sum.y), from_float<T>(sum.z),
                                           from_float<T>(sum.w)};
@@ -89,10 +104,10 @@ __global__ void __launch_bounds__(kSumSplitsThreads) sum_splits_vec4_kernel(cons
 template <typename T>
 cudaError_t launch_sum_splits(const float* partials, T* out, int64_t groups, int64_t elems, int splits,
                               cudaStream_t stream) {
-  if (elems % 4 == 0 && splits <= 16 && reinterpret_cast<uintptr_t>(partials) % 16 == 0 &&
+  if (elems % 4 == 0 && splits <= kSumSplitsVecMost && reinterpret_cast<uintptr_t>(partials) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(out) % (4 * sizeof(T)) == 0) {
-    const int64_t quads = elems / 4, ctas = (groups * quads + kSumSplitsThreads - 1) / kSumSplitsThreads;
-    sum_splits_vec4_kernel<T><<<static_cast<unsigned>(ctas < 65535 ? ctas : 65535), kSumSplitsThreads, 0, stream>>>(
+    const int64_t quads = elems / 4, ctas = (groups * quads + kSumSplitsVecThreads - 1) / kSumSplitsVecThreads;
+    sum_splits_vec4_kernel<T><<<static_cast<unsigned>(ctas < 65535 ? ctas : 65535), kSumSplitsVecThreads, 0, stream>>>(
         reinterpret_cast<const float4*>(partials), out, groups, quads, splits);
     return cudaGetLastError();
   }
