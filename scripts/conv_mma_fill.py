@@ -19,9 +19,8 @@ import jbs.layouts
 from jbs._src import tables
 
 
-def strip_fill(layout: np.ndarray, block_size: int, taps: int, op: str) -> tuple[int, int, float]:
-    """(items per tile, warpgroup MMA chains per tile and k-step pair, fill) of the strip kernel."""
-    t = tables.build_conv_tables(layout, taps, tables.group_width(block_size))
+def strip_fill(t: tables.Tables, block_size: int, taps: int, op: str) -> tuple[int, int, float]:
+    """(items per tile, warpgroup MMA chains per tile, fill) of the strip kernel on tables t."""
     offsets = np.asarray(getattr(t, f"{op}_paired_offsets"))
     items = np.asarray(getattr(t, f"{op}_paired_items"))
     width = items.shape[1] - 1
@@ -43,9 +42,9 @@ def strip_fill(layout: np.ndarray, block_size: int, taps: int, op: str) -> tuple
     return item_count, executed // per_warpgroup, present / max(executed, 1)
 
 
-def dw_fill(layout: np.ndarray, block_size: int, taps: int) -> tuple[int, float]:
-    """(row groups per tap, fill) of the row group dw kernel."""
-    groups = np.asarray(tables.build_conv_tables(layout, taps, tables.group_width(block_size)).dw_row_groups)
+def dw_fill(t: tables.Tables, taps: int) -> tuple[int, float]:
+    """(row groups per tap, fill) of the row group dw kernel on tables t."""
+    groups = np.asarray(t.dw_row_groups)
     per_tap = groups.shape[0] // taps
     mine = groups[:per_tap]
     return per_tap, float((mine >= 0).mean())
@@ -61,9 +60,10 @@ def main():
         blocks = args.channels // block_size
         for inverse in (2, 4, 8):
             layout = jbs.layouts.random(blocks, blocks, 1 / inverse, seed=0)  # as jbs.bench
-            fwd = strip_fill(layout, block_size, args.taps, "fwd")
-            dx = strip_fill(layout, block_size, args.taps, "dx")
-            dw = dw_fill(layout, block_size, args.taps)
+            t = tables.conv_tables_for(layout, args.taps, block_size)  # the tables the kernels get
+            fwd = strip_fill(t, block_size, args.taps, "fwd")
+            dx = strip_fill(t, block_size, args.taps, "dx")
+            dw = dw_fill(t, args.taps)
             print(f"{block_size} 1/{inverse} | {fwd[0]} {fwd[1]} {fwd[2]:.2f} | {dx[0]} {dx[1]} {dx[2]:.2f} | "
                   f"{dw[0]} {dw[1]:.2f}")
 
