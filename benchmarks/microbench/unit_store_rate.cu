@@ -17,12 +17,18 @@
 // TB/s in all: with every SM writing, HBM's write rate bounds them alike, so TMA stores free
 // the consumers' issue but do not write faster (benchmarks/NOTES.md, session 47).
 //
+// An optional argument runs that many CTAs instead of one per SM (e.g. `unit_store_rate 1` or
+// 33): a unit's drain when only some SMs store at once, i.e. whether the strip kernel's epilogue
+// (~2 us a unit, 29% of its consumers' stall samples at fwd 2x3 bs 32 1/8) pays for HBM's write
+// rate shared by every SM storing together, or for one SM's own store path (session 52).
+//
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-//     -o /tmp/unit_store_rate benchmarks/microbench/unit_store_rate.cu && /tmp/unit_store_rate
+//     -o /tmp/unit_store_rate benchmarks/microbench/unit_store_rate.cu && /tmp/unit_store_rate [ctas]
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/mbarrier.cuh"
 #include "common/smem.cuh"
@@ -85,7 +91,7 @@ __global__ void __launch_bounds__(256, 1) store_kernel(const __grid_constant__ C
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   T* y;
   const size_t bytes = size_t{kImages} * kSide * kSide * kChannels * 2;
   cudaMalloc(&y, bytes);
@@ -100,6 +106,11 @@ int main() {
   int sms = 0, clock_khz = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  if (argc > 1) sms = atoi(argv[1]);  // CTAs, one per SM (1 block per SM by its shared memory)
+  if (sms < 1) {
+    printf("usage: unit_store_rate [ctas >= 1]\n");
+    return 1;
+  }
   const int smem = 2 * kUnitBytes + 1024;
   cudaFuncSetAttribute(store_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaFuncSetAttribute(store_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -124,8 +135,8 @@ int main() {
       cudaEventElapsedTime(&ms, start, stop);
       const double units_per_sm = double(kUnits) * kRepeats / sms;
       const double us_per_unit = ms * 1e3 / units_per_sm;
-      printf("%s: %.3f us per unit per SM, %.1f bytes per cycle per SM, %.0f GB/s in all [%s]\n", names[mode],
-             us_per_unit, kUnitBytes / (us_per_unit * clock_khz * 1e-3),
+      printf("%s (%d CTAs): %.3f us per unit per SM, %.1f bytes per cycle per SM, %.0f GB/s in all [%s]\n",
+             names[mode], sms, us_per_unit, kUnitBytes / (us_per_unit * clock_khz * 1e-3),
              double(kUnitBytes) * kUnits * kRepeats / (ms * 1e6), cudaGetErrorString(cudaGetLastError()));
     }
   }
