@@ -103,11 +103,11 @@ int main(int argc, char** argv) {
     printf("encode failed\n");
     return 1;
   }
-  int sms = 0, clock_khz = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  int ctas = 0, clock_khz = 0;
+  cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, 0);  // one per SM by default
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-  if (argc > 1) sms = atoi(argv[1]);  // CTAs, one per SM (1 block per SM by its shared memory)
-  if (sms < 1) {
+  if (argc > 1) ctas = atoi(argv[1]);  // (at most one CTA fits an SM: its shared memory)
+  if (ctas < 1) {
     printf("usage: unit_store_rate [ctas >= 1]\n");
     return 1;
   }
@@ -122,9 +122,9 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < 2; ++rep) {
     for (int mode = 0; mode < 3; ++mode) {
       auto launch = [&] {
-        if (mode == 0) store_kernel<0><<<sms, 256, smem>>>(map, y);
-        if (mode == 1) store_kernel<1><<<sms, 256, smem>>>(map, y);
-        if (mode == 2) store_kernel<2><<<sms, 256, smem>>>(map, y);
+        if (mode == 0) store_kernel<0><<<ctas, 256, smem>>>(map, y);
+        if (mode == 1) store_kernel<1><<<ctas, 256, smem>>>(map, y);
+        if (mode == 2) store_kernel<2><<<ctas, 256, smem>>>(map, y);
       };
       launch();
       cudaEventRecord(start);
@@ -133,10 +133,10 @@ int main(int argc, char** argv) {
       cudaEventSynchronize(stop);
       float ms = 0.f;
       cudaEventElapsedTime(&ms, start, stop);
-      const double units_per_sm = double(kUnits) * kRepeats / sms;
-      const double us_per_unit = ms * 1e3 / units_per_sm;
+      const double units_per_cta = double(kUnits) * kRepeats / ctas;
+      const double us_per_unit = ms * 1e3 / units_per_cta;
       printf("%s (%d CTAs): %.3f us per unit per SM, %.1f bytes per cycle per SM, %.0f GB/s in all [%s]\n",
-             names[mode], sms, us_per_unit, kUnitBytes / (us_per_unit * clock_khz * 1e-3),
+             names[mode], ctas, us_per_unit, kUnitBytes / (us_per_unit * clock_khz * 1e-3),
              double(kUnitBytes) * kUnits * kRepeats / (ms * 1e6), cudaGetErrorString(cudaGetLastError()));
     }
   }
