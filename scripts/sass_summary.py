@@ -13,7 +13,7 @@ give instructions per item.
 --regions splits instead each CSV of a warp-specialized kernel laid out as the conv strip
 kernel is (consumers first, from `USETMAXREG.TRY_ALLOC`, then the producer after
 `USETMAXREG.DEALLOC`) into the parts its time goes to: the start before the split, the
-consumers' unit head (up to their first mbarrier wait), that `full` wait, their MMAs (up to their
+consumers' unit head (up to their first mbarrier wait that ran), that `full` wait, their MMAs (up to their
 last `WARPGROUP.DEPBAR.LE gsb0, 0x0`), their epilogue, the producer (up to its first
 unpredicated EXIT), and the out-of-line retry loops after it; the share of stall samples and the
 executed warp instructions of each (benchmarks/NOTES.md, session 52).
@@ -74,7 +74,8 @@ def ws_regions(path: str) -> dict[str, tuple[int, float]]:
     if alloc is None or dealloc is None or dealloc < alloc:
         raise ValueError(f"{path}: no USETMAXREG.TRY_ALLOC before a USETMAXREG.DEALLOC: not a "
                          "consumers-first warp-specialized kernel")
-    wait = first(lambda t: "TRYWAIT" in t, alloc, dealloc)
+    # (The first wait that ran: a build may carry waits of a path it never takes, e.g. a switch.)
+    wait = next((i for i in range(alloc, dealloc) if "TRYWAIT" in text[i] and lines[i][1] > 0), None)
     drains = [i for i in range(alloc, dealloc) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in text[i]]
     if wait is None or not drains:
         raise ValueError(f"{path}: the consumers have no mbarrier wait or no wgmma drain")

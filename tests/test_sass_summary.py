@@ -56,6 +56,15 @@ def test_regions_split_at_the_markers(tmp_path):
     assert sum(e for e, _ in regions.values()) == sum(e for _, e, _ in _KERNEL)
 
 
+def test_regions_skip_a_wait_that_never_ran(tmp_path):
+    """A wait compiled in but never executed (a path behind a switch) does not end the unit head."""
+    unused_wait = ("SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR12], R20", 0, 0.0)
+    kernel = _KERNEL[:3] + [unused_wait] + _KERNEL[3:]
+    regions = sass_summary.ws_regions(_write(tmp_path, kernel))
+    assert regions["consumers: unit head"] == (72, 2.0)
+    assert regions["consumers: full wait"] == (32, 8.0)
+
+
 def test_regions_refuse_a_kernel_without_the_split(tmp_path):
     plain = [line for line in _KERNEL if "USETMAXREG" not in line[0]]
     with pytest.raises(ValueError, match="USETMAXREG"):
