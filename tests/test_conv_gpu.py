@@ -300,9 +300,10 @@ def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs, dtype=jnp.bfloat16):
 @pytest.mark.parametrize("density", [0.2, 0.5])
 def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding, density):
     """The strip kernel's ring: items whole (4 columns a slot) or split into one sub-item per
-    warpgroup (2 columns a slot, JBS_CONV_STRIP_SPLIT; by default below density 3/8), and as
-    many slots as fit (3x3: 2 whole, 3 split; 2x3: 3 whole, 4 split) or 2
-    (JBS_CONV_STRIP_STAGES=2). Over 240 units, so every slot is reused many times across
+    warpgroup (2 columns a slot, JBS_CONV_STRIP_SPLIT=1; by default below density 3/8), or
+    packed (2 columns a slot by rank, an item split only where it has 3 or 4 blocks:
+    JBS_CONV_STRIP_SPLIT=2; both kinds of item in one walk at these densities), and as many
+    slots as fit (3x3: 2 whole, 3 split; 2x3: 3 whole, 4 split) or 2 (JBS_CONV_STRIP_STAGES=2). Over 240 units, so every slot is reused many times across
     units: forward and input gradient against float64 in every variant, and the same bits in
     all of them, since neither changes the order of any sum."""
     layout = heavy_column_layout(rng, 5, 12, density=density)
@@ -310,7 +311,8 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
     _, _, results = fwd_dx_variants(
         rng, monkeypatch, conv, (40, 32, 16, 5 * 32),
         ({}, {"JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "1"},
-         {"JBS_CONV_STRIP_SPLIT": "1", "JBS_CONV_STRIP_STAGES": "2"}))
+         {"JBS_CONV_STRIP_SPLIT": "1", "JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "2"},
+         {"JBS_CONV_STRIP_SPLIT": "2", "JBS_CONV_STRIP_STAGES": "2"}))
     for y, dx in results[1:]:
         np.testing.assert_array_equal(y, results[0][0])
         np.testing.assert_array_equal(dx, results[0][1])
@@ -491,6 +493,33 @@ def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_si
     assert names and all("bsconv_strip_kernel" in name for name in names), names
     np.testing.assert_array_equal(results[1][0], results[0][0])
     np.testing.assert_array_equal(results[1][1], results[0][1])
+
+
+@pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1)))])
+def test_conv_strip_kernel_packed_slots_bs16(rng, monkeypatch, kernel_size, padding):
+    """bs 16 with packed slots (JBS_CONV_STRIP_SPLIT=2; by default 3x3 below density 3/8): a
+    slot holds 8 of an item's 16 blocks, by rank. Group 0's first pair of channel blocks has all
+    16 (two sub-items of 8, one per warpgroup), group 1's next pair 10 (8 for its first
+    warpgroup, 2 for its second: split) and its last pair exactly 8, of one warpgroup (whole);
+    the random rows give whole items of every smaller size. Over 240 units: forward and input
+    gradient against float64 in every variant, and the same bits as whole slots."""
+    layout = heavy_column_layout(rng, 8, 16, density=0.2)
+    layout[0:2, :8] = True
+    layout[2, 8:12] = True
+    layout[3, 8:14] = True
+    layout[3, 14:] = False
+    layout[6:8, 8:12] = True
+    layout[6:8, 12:] = False
+    conv = jbs.BlockSparseConv(layout, 16, kernel_size, 1, padding)
+    fwd_and_dx, operands, results = fwd_dx_variants(
+        rng, monkeypatch, conv, (40, 32, 16, 8 * 16),
+        ({"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "2"},
+         {"JBS_CONV_STRIP_SPLIT": "2", "JBS_CONV_STRIP_STAGES": "2"}))
+    names = {name for name in kernel_names(fwd_and_dx(), *operands) if "bsconv_" in name}
+    assert names and all("bsconv_strip_kernel" in name for name in names), names
+    for y, dx in results[1:]:
+        np.testing.assert_array_equal(y, results[0][0])
+        np.testing.assert_array_equal(dx, results[0][1])
 
 
 def test_conv_strip_kernel_splits_items_that_do_not_fit_whole(rng):

@@ -42,8 +42,10 @@
 // previous item (an `empty` mbarrier), across unit boundaries. Each consumer
 // warpgroup writes its 64 channels of a unit's output from its accumulators, through
 // stmatrix into staging rows of its own, in whole 128-byte lines: no barrier between
-// the warpgroups, no slot kept for an epilogue. Below density 3/8 a 3x3's items go out
-// as one sub-item per warpgroup (ConvStripParams::split). (Session 18: warp 0 had
+// the warpgroups, no slot kept for an epilogue. Below density 3/8 a 3x3's slots hold half
+// an item's blocks, so 3 fit instead of 2 (ConvStripParams::split): at bs 32 its items go
+// out as one sub-item per warpgroup, at bs 16 whole unless they have more than 8 of their
+// 16 blocks. (Session 18: warp 0 had
 // loaded the next item between its own wgmmas after a CTA barrier per item, and the
 // warps waited 13% of their samples for the item and 31% at that barrier. Session 21:
 // the whole tile staged in a slot after a barrier of both warpgroups, a division per
@@ -74,7 +76,9 @@ struct ConvStripParams : GroupParams {
   StripHaloShape halo;
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs
   int stages;            // ring slots, 2 .. kMaxStages: as many as fit (ConvStripConfig::stages_for)
-  int split;             // 1: each item goes to the ring as one sub-item per warpgroup with blocks
+  int split;             // nonzero: slots of half an item's blocks (ConvStripConfig::slot_blocks), packed by
+                         // rank; an item goes to the ring as one sub-item per warpgroup with blocks always
+                         // (1, bs 32 only) or only where it has more blocks than a slot holds (2)
   const int32_t* columns;  // output block column of group q's column c: columns[q * P + c], -1 for none
   int tap_slot[64];      // halo slot of tap t's shift (StripHaloShape::tap_slot), t < taps <= 64
 };
@@ -105,11 +109,12 @@ struct ConvStripConfig : WarpRoles<56, 224> {  // the loader warpgroup's first w
   static constexpr int kOutBuffers = 2;
   static constexpr int kOutElems = (kConsumerThreads / 128) * kOutBuffers * kOutPixels * kOutLd;
   static constexpr int64_t halo_elems(int halo_units) { return static_cast<int64_t>(halo_units) * 8; }
-  // Weight blocks of one tap a slot holds: all P x halves of an item, or (bs 32) a
-  // warpgroup's 2 of a sub-item, each at every tap ([slot block][tap]). Column c's slot
+  // Weight blocks of one tap a slot holds: all P x halves of an item, or half as many
+  // (split: a warpgroup's share), each at every tap ([slot block][tap]). Column c's slot
   // block is c (bs 32); half h's of column c, h * P + its rank among the half's present
-  // blocks (bs 16).
-  static constexpr int slot_blocks(bool split) { return split ? 2 : kP * kHalves; }
+  // blocks (bs 16); split, its block's rank among the (sub-)item's present blocks (bit
+  // c * halves + h of slot_info).
+  static constexpr int slot_blocks(bool split) { return split ? kP * kHalves / 2 : kP * kHalves; }
   // A ring slot: the halo, then the blocks (a multiple of 512 bytes, so every
   // slot's halo starts on a swizzle atom, as the ring does).
   static constexpr int64_t slot_elems(int taps, int halo_units, bool split) {
@@ -163,7 +168,9 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   const int taps = FIXED_TAPS > 0 ? FIXED_TAPS : g.taps_h * g.taps_w;
   const int width = g.rows_w, height = g.rows_h;
   const int band_units = p.halo.band_units;
-  const bool split = kHalves == 1 && p.split != 0;
+  const bool split = p.split != 0;  // slots of half an item's blocks, by rank
+  const bool split_all = kHalves == 1 && p.split == 1;
+  constexpr int kWgBits = kP / 2 * kHalves;  // slot_info bits of a warpgroup's blocks (a slot's when split)
   const int64_t halo_elems = Cfg::halo_elems(p.halo.halo_units);
   const int64_t slot_elems = Cfg::slot_elems(taps, p.halo.halo_units, split);
   const int64_t images = p.rows / (static_cast<int64_t>(height) * width);
@@ -258,9 +265,11 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       const bool last_item = cursor.item + taken == cursor.items;
       for (int half = 0; half < 2; ++half) {
         // The sub-item's columns: all of them in one go, or warpgroup `half`'s.
-        const unsigned cols = split ? mask & (3u << (2 * half)) : mask;  // (split: bs 32 only)
+        // (Packed slots, p.split = 2: an item with at most a slot's blocks goes whole.)
+        const bool item_split = split_all || (split && __popc(mask) > kWgBits);
+        const unsigned cols = item_split ? mask & (((1u << kWgBits) - 1u) << (kWgBits * half)) : mask;
         if (cols == 0) continue;  // (unsplit: never, an item has a block)
-        const bool last = last_item && (!split || half == 1 || (mask >> 2) == 0);
+        const bool last = last_item && (!item_split || half == 1 || (mask >> kWgBits) == 0);
         const int stage = ring.stage;
         if (ring.reused) mbarrier_wait(&empty[stage], ring.phase ^ 1u);  // the slot's previous item released
         T* const slot = smem + stage * slot_elems;
@@ -280,8 +289,9 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
         };
         auto slot_pair = [&](int j) {
           const int h = j / kP, c = j - h * kP;
+          if (split) return __popc(cols & ((1u << (c * kHalves + h)) - 1u));  // by rank among the (sub-)item's
           if constexpr (kHalves == 2) return h * kP + __popc(cols & (0x5555u << h) & ((1u << (2 * c)) - 1u));
-          return split ? c - 2 * half : c;
+          return c;
         };
         constexpr int kPairs = kHalves * kP;
         const int box_bytes = taps * Cfg::kBlockElems * static_cast<int>(sizeof(T));
@@ -308,7 +318,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           }
         }
         ring.advance();
-        if (!split) break;
+        if (!item_split) break;
       }
       cursor.item += taken;
     }
@@ -326,7 +336,6 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   // This warp's 16 rows of the warpgroup's m64: bs 32, output channels (warp % 2) * 16..
   // of block column 2 wg + (warp % 4) / 2; bs 16, block column 4 wg + warp % 4.
   constexpr int kWarpsPerColumn = 8 / kP;
-  constexpr int kWgBits = kP / 2 * kHalves;  // slot_info bits of a warpgroup's blocks
   const int my_column = wg * (kP / 2) + (warp & 3) / kWarpsPerColumn;
   const int m_in_block = ((warp & 3) % kWarpsPerColumn) * 16;
   const int lr = lane & 7, li = lane >> 3;
@@ -463,8 +472,9 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
           const int h = kHalves == 1 ? 0 : KS == 2 ? ks : only_half;
           const bool present = (info >> (my_column * kHalves + h)) & 1u;
           const int slot_block =
-              kHalves == 2 ? h * kP + __popc(info & (0x5555u << h) & ((1u << (2 * my_column)) - 1u))
-                           : split ? my_column & 1 : my_column;
+              split          ? __popc(info & ((1u << (my_column * kHalves + h)) - 1u))  // by rank
+              : kHalves == 2 ? h * kP + __popc(info & (0x5555u << h) & ((1u << (2 * my_column)) - 1u))
+                             : my_column;
           a_base[ks] = present ? ws + slot_block * taps * Cfg::kBlockElems : zero_block;
           a_tap_stride[ks] = present ? Cfg::kBlockElems : 0;
           b_k[ks] = static_cast<uint32_t>((kHalves == 2 ? h : ks) * 2);  // 32 bytes a k-step

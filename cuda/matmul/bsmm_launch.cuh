@@ -1190,20 +1190,27 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
       return shape->strip_rows == 32 ? Cfg32::stages_for(taps, halo_units, split)
                                      : ConvStripConfig<T, 16, BS>::stages_for(taps, halo_units, split);
     };
-    // Sub-items per warpgroup (JBS_CONV_STRIP_SPLIT=0/1 forces) where whole items leave room
-    // for only 2 slots and the split for more (3x3: 2 whole, 3 split), below density 3/8:
-    // there few items have blocks for both warpgroups, whose halo the split loads twice.
-    // Measured (session 21): 3x3 fwd 1.03-1.06x faster at 1/4 and 1/8, 2x3 (3 slots whole,
-    // 4 split) 1.0-1.16x slower. And wherever whole items do not fit at all (e.g. a 3x3
-    // dilated by 4, whose halo is tall) but split ones do.
+    // Slots of half an item's blocks (ConvStripParams::split; JBS_CONV_STRIP_SPLIT=0/1/2
+    // forces whole / split / packed) where whole items leave room for only 2 slots and half
+    // ones for more (3x3: 2 whole, 3 half), below density 3/8, where few items have blocks
+    // for both warpgroups. bs 32 splits every item that has (1): measured (session 21) 3x3
+    // fwd 1.03-1.06x faster at 1/4 and 1/8, 2x3 (3 slots whole, 4 split) 1.0-1.16x slower;
+    // packing (2) is level with it (session 54). bs 16 packs (2): an item there has 2-5 of
+    // its 16 blocks, so few split (the halo goes twice for those); 3x3 fwd / dx 1.03-1.09x
+    // faster at 1/4 and 1/8 (benchmarks/NOTES.md, session 54). And bs 32 splits wherever
+    // whole items do not fit at all (e.g. a 3x3 dilated by 4, whose halo is tall) but
+    // split ones do.
     const double density = static_cast<double>(hp->nnz_per_tap) / (static_cast<double>(a.in_cols / BS) *
                                                                       static_cast<double>(a.out_cols / BS));
-    const int split_env = env_switch("JBS_CONV_STRIP_SPLIT");
-    // (bs 16: items never split; a slot holds a pair of channel blocks' 8 columns.)
-    hp->split = BS == 16           ? 0
-                : split_env >= 0    ? split_env
-                : !stages_for(false) ? 1
-                                     : density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
+    const char* split_text = std::getenv("JBS_CONV_STRIP_SPLIT");
+    const int split_env =
+        split_text != nullptr && split_text[0] >= '0' && split_text[0] <= '2' ? split_text[0] - '0' : -1;
+    const bool half_slots_deeper = density < kConvStripSplitBelow && stages_for(false) == 2 && stages_for(true) > 2;
+    if (BS == 16) {  // packed or whole (the switch's 1 packs too)
+      hp->split = split_env > 0 || (split_env < 0 && half_slots_deeper) ? 2 : 0;
+    } else {
+      hp->split = split_env >= 0 ? split_env : !stages_for(false) || half_slots_deeper ? 1 : 0;
+    }
     hp->stages = stages_for(hp->split);
     if (hp->stages == 0) return false;
     // JBS_CONV_STRIP_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
