@@ -303,9 +303,10 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
     warpgroup (2 columns a slot, JBS_CONV_STRIP_SPLIT=1; by default below density 3/8), or
     packed (2 columns a slot by rank, an item split only where it has 3 or 4 blocks:
     JBS_CONV_STRIP_SPLIT=2; both kinds of item in one walk at these densities), and as many
-    slots as fit (3x3: 2 whole, 3 split; 2x3: 3 whole, 4 split) or 2 (JBS_CONV_STRIP_STAGES=2). Over 240 units, so every slot is reused many times across
-    units: forward and input gradient against float64 in every variant, and the same bits in
-    all of them, since neither changes the order of any sum."""
+    slots as fit (3x3: 2 whole, 3 split; 2x3: 3 whole, 4 split) or 2 (JBS_CONV_STRIP_STAGES=2).
+    Over 240 units, so every slot is reused many times across units: forward and input
+    gradient against float64 in every variant, and the same bits in all of them, since none
+    changes the order of any sum."""
     layout = heavy_column_layout(rng, 5, 12, density=density)
     conv = jbs.BlockSparseConv(layout, 32, kernel_size, 1, padding)
     _, _, results = fwd_dx_variants(
@@ -499,8 +500,9 @@ def test_conv_strip_kernel_pairs_bs16_channel_blocks(rng, monkeypatch, kernel_si
 def test_conv_strip_kernel_packed_slots_bs16(rng, monkeypatch, kernel_size, padding):
     """bs 16 with packed slots (JBS_CONV_STRIP_SPLIT=2; by default 3x3 below density 3/8): a
     slot holds 8 of an item's 16 blocks, by rank. Group 0's first pair of channel blocks has all
-    16 (two sub-items of 8, one per warpgroup), group 1's next pair 10 (8 for its first
-    warpgroup, 2 for its second: split) and its last pair exactly 8, of one warpgroup (whole);
+    16 (two sub-items of 8, one per warpgroup), group 1's next pair 10 or more (8 for its
+    first warpgroup, the rest for its second: split) and its last pair exactly 8, of one
+    warpgroup (whole);
     the random rows give whole items of every smaller size. Over 240 units: forward and input
     gradient against float64 in every variant, and the same bits as whole slots."""
     layout = heavy_column_layout(rng, 8, 16, density=0.2)
