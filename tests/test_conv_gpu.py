@@ -266,10 +266,10 @@ def test_conv_persistent_kernels_walk_many_units(rng, monkeypatch, dtype, bs, en
     check_three_ops(rng, conv, images + (4 * bs,), dtype)
 
 
-def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs, dtype=jnp.bfloat16):
+def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs, dtype=jnp.bfloat16, before_each=lambda: None):
     """Forward and input gradient of conv on fresh data under each environment of envs (read by
-    the launcher at every launch; a new executable each time), each against float64; returns
-    the jitted op's maker, its operands and the results."""
+    the launcher at every launch; a new executable each time; before_each() runs before each),
+    each against float64; returns the jitted op's maker, its operands and the results."""
     x = random_array(rng, x_shape, dtype)
     w = random_array(rng, conv.w_shape, dtype)
     g = random_array(rng, x_shape[:3] + (conv.layout.shape[1] * conv.block_size,), dtype)
@@ -288,6 +288,7 @@ def fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs, dtype=jnp.bfloat16):
         with monkeypatch.context() as m:
             for name, value in env.items():
                 m.setenv(name, value)
+            before_each()
             y, dx = fwd_and_dx()(x, w, g)
         assert rel_error(y, f64(ref_y)) < tolerance(dtype), env
         assert rel_error(dx, f64(ref_dx)) < tolerance(dtype), env
@@ -314,6 +315,46 @@ def test_conv_strip_kernel_ring_variants(rng, monkeypatch, kernel_size, padding,
         ({}, {"JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "1"},
          {"JBS_CONV_STRIP_SPLIT": "1", "JBS_CONV_STRIP_STAGES": "2"}, {"JBS_CONV_STRIP_SPLIT": "2"},
          {"JBS_CONV_STRIP_SPLIT": "2", "JBS_CONV_STRIP_STAGES": "2"}))
+    for y, dx in results[1:]:
+        np.testing.assert_array_equal(y, results[0][0])
+        np.testing.assert_array_equal(dx, results[0][1])
+
+
+def conv_with_zero_groups(rng, bs):
+    """A 2x3 conv (PixelCNN++'s down-shift padding) on a random 11 x 12 layout (22 x 24 at bs
+    16) with 5 of every 12 block columns and 4 of every 11 block rows empty, drawn until its
+    forward and its input gradient each have a column group without items (the pairing by
+    shared inputs decides where the empty columns go)."""
+    scale = 32 // bs
+    rows, cols = 11 * scale, 12 * scale
+    for _ in range(100):
+        layout = rng.random((rows, cols)) < 0.5
+        layout[:, np.isin(np.arange(cols) % 12, (1, 4, 5, 8, 10))] = False
+        layout[np.isin(np.arange(rows) % 11, (0, 3, 6, 9)), :] = False
+        conv = jbs.BlockSparseConv(layout, bs, (2, 3), 1, ((1, 0), (1, 1)))
+        if all((np.diff(np.asarray(getattr(conv._tables, f"{op}_paired_offsets"))) == 0).any()
+               for op in ("fwd", "dx")):
+            return conv
+    raise AssertionError("no layout with a column group without items in 100 draws")
+
+
+@pytest.mark.parametrize("bs", [32, 16])
+def test_conv_strip_kernel_zero_units(rng, monkeypatch, bs):
+    """Units without items (a column group none of whose output columns has a block: its
+    output is all zeros), stored straight from the consumers' registers (the default) or through
+    their staging like any unit (JBS_CONV_STRIP_ZERO=0), with whole and split ring items at bs 32:
+    forward and input gradient against float64 over ~3 units a CTA, after the output's memory
+    was filled with NaNs (so an unwritten zero shows), and the same bits in every variant."""
+    conv = conv_with_zero_groups(rng, bs)
+    x_shape = (64, 32, 16, conv.layout.shape[0] * bs)
+    y_shape = x_shape[:3] + (conv.layout.shape[1] * bs,)
+    envs = ({}, {"JBS_CONV_STRIP_ZERO": "0"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "2"})
+
+    def nans_freed():  # the allocator hands the same memory out again for the outputs
+        for shape in (x_shape, y_shape):
+            jnp.full(shape, jnp.nan, jnp.bfloat16).block_until_ready()
+
+    _, _, results = fwd_dx_variants(rng, monkeypatch, conv, x_shape, envs, before_each=nans_freed)
     for y, dx in results[1:]:
         np.testing.assert_array_equal(y, results[0][0])
         np.testing.assert_array_equal(dx, results[0][1])

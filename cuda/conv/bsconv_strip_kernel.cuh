@@ -80,6 +80,8 @@ struct ConvStripParams : GroupParams {
                          // rank; an item goes to the ring as one sub-item per warpgroup with blocks always
                          // (1, bs 32 only) or only where it has more blocks than a slot holds (2)
   const int32_t* columns;  // output block column of group q's column c: columns[q * P + c], -1 for none
+  int zero_direct;         // nonzero: a unit without items (all zeros) is stored straight from registers, with
+                           // no staging and no barrier; 0: through the staging as any unit (to compare)
   int tap_slot[64];      // halo slot of tap t's shift (StripHaloShape::tap_slot), t < taps <= 64
 };
 
@@ -370,16 +372,31 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     Halo::strips_of(g, tile, target.pos);
     return target;
   };
+  // This lane's pixel of each chunk: strip row pixel / 8 (+ 2 per chunk), column pixel % 8;
+  // where its 8 channels of strip `pos`'s first chunk go (column >= 0).
+  const int pixel = 4 * wg_warp + (lane >> 3);
+  const int64_t chunk_step = 2 * static_cast<int64_t>(width) * p.out_cols;
+  auto first_row_at = [&](int column, const typename Halo::Pos& pos) {
+    return static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + column * BS + channel % BS +
+           ((pos.image * height + pos.h0 + pixel / 8) * width + pos.x0 + pixel % 8) * p.out_cols;
+  };
+  // A unit without items: zeros, stored straight from registers (no staging, no barrier).
+  auto store_zero_tile = [&](const OutTarget& target) {
+    if (target.column < 0) return;
+#pragma unroll
+    for (int s = 0; s < kStrips; ++s) {
+      const typename Halo::Pos pos = Halo::pick(target.pos, s);
+      if (pos.image >= images) continue;
+      T* at = first_row_at(target.column, pos);
+#pragma unroll
+      for (int chunk = 0; chunk < kN / Cfg::kOutPixels; ++chunk, at += chunk_step) *reinterpret_cast<uint4*>(at) = uint4{};
+    }
+  };
   auto store_tile = [&](const OutTarget& target, const float (&acc)[kStrips][kN / 8][4]) {
     // (Every warp's lanes 0..7 hold all of the warpgroup's columns: its 4 warps return together.)
     if (!__any_sync(0xffffffffu, target.column >= 0)) return;
     const int column = target.column;
     const bool channel_stored = column >= 0;
-    T* const out_at =
-        static_cast<T*>(p.out) + blockIdx.y * p.out_group_stride + (channel_stored ? column : 0) * BS + channel % BS;
-    // This lane's pixel of each chunk: strip row pixel / 8 (+ 2 per chunk), column pixel % 8.
-    const int pixel = 4 * wg_warp + (lane >> 3);
-    const int64_t chunk_step = 2 * static_cast<int64_t>(width) * p.out_cols;
     // One chunk in hand: a chunk's row is read from the staging buffer after its barrier and
     // stored after the next chunk's, so no store waits for its read. (The read is done
     // before the warp reaches the next barrier, after which the buffer is written again.)
@@ -391,7 +408,7 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
     for (int s = 0; s < kStrips; ++s) {
       const typename Halo::Pos pos = Halo::pick(target.pos, s);
       const bool store = pos.image < images && channel_stored;
-      T* at = out_at + ((pos.image * height + pos.h0 + pixel / 8) * width + pos.x0 + pixel % 8) * p.out_cols;
+      T* at = first_row_at(channel_stored ? column : 0, pos);
 #pragma unroll
       for (int chunk = 0; chunk < kN / Cfg::kOutPixels; ++chunk) {
         T* const stage = wg_stage + buffer * Cfg::kOutPixels * Cfg::kOutLd;
@@ -422,14 +439,15 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   int q = static_cast<int>(first_unit - tile * p.num_groups);
   int items_begin = __ldg(p.group_offsets + q), items_end = __ldg(p.group_offsets + q + 1);
   for (int64_t unit = first_unit; unit < end_unit; ++unit) {
+    // A unit without items has no slot (the loader skips it): its output is zeros.
+    const bool no_items = items_begin == items_end;
 #pragma unroll
     for (int s = 0; s < kStrips; ++s) {
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) acc[s][nt][0] = acc[s][nt][1] = acc[s][nt][2] = acc[s][nt][3] = 0.f;
     }
     const OutTarget target = out_target(tile, q);
-    // A unit without items has no slot (the loader skips it): its output is zeros.
-    bool last = items_begin == items_end;
+    bool last = no_items;
     // The next unit's, a unit ahead: the wait for these loads then falls on no unit's start.
     if (++q == p.num_groups) q = 0, ++tile;
     items_begin = __ldg(p.group_offsets + q), items_end = __ldg(p.group_offsets + q + 1);
@@ -538,7 +556,11 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
       }
       mbarrier_arrive_warp(&empty[stage], lane);  // this warp is done with the slot
     }
-    store_tile(target, acc);
+    if (no_items && p.zero_direct != 0) {
+      store_zero_tile(target);
+    } else {
+      store_tile(target, acc);
+    }
   }
 }
 

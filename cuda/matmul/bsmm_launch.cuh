@@ -1213,6 +1213,13 @@ bool conv_strip_geometry(const BsmmBlocksArgs& a, ConvStripParams* hp, ConvStrip
     }
     hp->stages = stages_for(hp->split);
     if (hp->stages == 0) return false;
+    // A unit without items (all zeros: a column group whose columns have no block, a quarter
+    // of the columns at density 1/8 and 10 block columns) is stored straight from the
+    // consumers' registers; JBS_CONV_STRIP_ZERO=0 stages it as any unit (to compare). Direct:
+    // fwd bs 32 1/8 1.03-1.07x faster (2x3 42.8 -> 40.4 us, 3x3 49.2 -> 47.2); stored by the
+    // loader warpgroup's idle warps while the consumers went on, the same (benchmarks/NOTES.md,
+    // session 55).
+    hp->zero_direct = env_switch("JBS_CONV_STRIP_ZERO") != 0 ? 1 : 0;
     // JBS_CONV_STRIP_STAGES=2 keeps the 2-slot ring where more would fit (to compare).
     const char* forced = std::getenv("JBS_CONV_STRIP_STAGES");
     if (forced != nullptr && forced[0] == '2') hp->stages = 2;
