@@ -18,6 +18,11 @@
 //     bulk     warp 8 loads 32 KB pieces by 1-D bulk copies, two in flight on mbarriers;
 //     boxes    warp 8 loads 16 KB TMA boxes of 64-byte rows (the strip halo's row shape), two
 //              in flight;
+//     rs+trkl  mma_rs whose own warpgroup also stores a 2 KB piece of a staged unit after each
+//              tap's wgmma commit, before its wait (16 bytes a thread from shared memory; placed
+//              after the wait, the piece ran session 57's call 5 1.31x slower): a unit's output
+//              trickled out between the next unit's MMAs (~12 KB an item); ss+trkl the same
+//              for mma_ss. Their time against mma_rs / mma_ss alone is what the trickle costs;
 //   storer (warpgroup 1), until the victim is done:
 //     none     nothing;
 //     lanes    64 KB units read from shared memory and stored 16 bytes a lane (LDS.128 +
@@ -49,9 +54,9 @@ namespace {
 using namespace jbs;
 using T = __nv_bfloat16;
 
-enum Victim { kMmaRs, kMmaSs, kBulk, kBoxes, kVictims };
+enum Victim { kMmaRs, kMmaSs, kBulk, kBoxes, kMmaRsTrickle, kMmaSsTrickle, kVictims };
 enum Storer { kNone, kLanes, kRegs, kTma, kStorers };
-const char* const kVictimNames[] = {"mma_rs", "mma_ss", "bulk", "boxes"};
+const char* const kVictimNames[] = {"mma_rs", "mma_ss", "bulk", "boxes", "rs+trkl", "ss+trkl"};
 const char* const kStorerNames[] = {"none", "lanes", "regs", "tma"};
 
 constexpr int kThreads = 384;
@@ -83,7 +88,11 @@ struct Times {
 };
 
 template <int VICTIM>
-__device__ void run_mma(unsigned char* smem, float* sink) {
+__device__ void run_mma(unsigned char* smem, float* sink, unsigned char* y, const Spans& spans) {
+  constexpr bool kRs = VICTIM == kMmaRs || VICTIM == kMmaRsTrickle;
+  constexpr bool kTrickle = VICTIM == kMmaRsTrickle || VICTIM == kMmaSsTrickle;
+  const int64_t pieces = spans.y_bytes / 2048;
+  int64_t piece = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lr = lane & 7, li = lane >> 3;
   // Operands are whatever shared memory holds: values do not change a tensor core's timing.
@@ -100,7 +109,7 @@ __device__ void run_mma(unsigned char* smem, float* sink) {
     }
   };
   for (int item = 0; item < kItems; ++item) {
-    if constexpr (VICTIM == kMmaRs) {
+    if constexpr (kRs) {
 #pragma unroll
       for (int j = 0; j < 3; ++j) load_a(a[j], j);
     }
@@ -110,7 +119,7 @@ __device__ void run_mma(unsigned char* smem, float* sink) {
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
-        if constexpr (VICTIM == kMmaRs) {
+        if constexpr (kRs) {
           wgmma_rs<T, 256, 0>(acc, a[t % 3][ks], b_tap + ks * 2);
         } else {
           wgmma_ss<T, 128, 0>(halves[0], a_desc + ks * 2, b_tap + ks * 2);
@@ -118,8 +127,14 @@ __device__ void run_mma(unsigned char* smem, float* sink) {
         }
       }
       wgmma_commit();
+      if constexpr (kTrickle) {  // (while this tap's wgmmas and the last one's run)
+        const int offset = static_cast<int>((piece * 2048) % kUnitBytes) + 16 * static_cast<int>(threadIdx.x);
+        const uint4 v = *reinterpret_cast<const uint4*>(smem + kUnitOffset + offset);
+        *reinterpret_cast<uint4*>(y + (piece % pieces) * 2048 + 16 * threadIdx.x) = v;
+        piece += gridDim.x;
+      }
       wgmma_wait<1>();
-      if constexpr (VICTIM == kMmaRs) load_a(a[(t + 2) % 3], t + 2);
+      if constexpr (kRs) load_a(a[(t + 2) % 3], t + 2);
     }
     wgmma_wait<0>();
   }
@@ -206,12 +221,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   fence_proxy_async();
   __syncthreads();
   const int warp = tid >> 5;
-  constexpr bool kMmaVictim = VICTIM == kMmaRs || VICTIM == kMmaSs;
+  constexpr bool kMmaVictim = VICTIM != kBulk && VICTIM != kBoxes;
   if (warp < 4) {
     warpgroup_reg_alloc<224>();
     if (!kMmaVictim) return;
     const long long start = clock64();
-    run_mma<VICTIM>(smem, sink);
+    run_mma<VICTIM>(smem, sink, y, spans);
     named_barrier_sync(1, 128);
     if (tid == 0) {
       times[blockIdx.x].victim_cycles = clock64() - start;
@@ -319,5 +334,7 @@ int main(int argc, char** argv) {
   run_victim<kMmaSs>(sms, clock_ghz, map, x, y, times, sink);
   run_victim<kBulk>(sms, clock_ghz, map, x, y, times, sink);
   run_victim<kBoxes>(sms, clock_ghz, map, x, y, times, sink);
+  run_victim<kMmaRsTrickle>(sms, clock_ghz, map, x, y, times, sink);
+  run_victim<kMmaSsTrickle>(sms, clock_ghz, map, x, y, times, sink);
   return 0;
 }
