@@ -25,21 +25,28 @@
 //              for mma_ss. Their time against mma_rs / mma_ss alone is what the trickle costs;
 //   storer (warpgroup 1), until the victim is done:
 //     none     nothing;
-//     lanes    64 KB units read from shared memory and stored 16 bytes a lane (LDS.128 +
-//              STG.128, as the epilogue does; every warp instruction writes four whole lines);
+//     lanes    64 KB units read from shared memory and stored 16 bytes a lane (a generic
+//              16-byte load + STG.128, as the epilogue does; each warp instruction writes four
+//              whole lines);
 //     regs     the same stores of a register's value (STG.128 only, no shared-memory read);
-//     tma      the same units by 1-D bulk stores from shared memory (4 x 16 KB, up to 3 units
-//              in flight).
+//     tma      the same units by 1-D bulk stores from shared memory (16 KB or chunk-sized
+//              copies, up to 8 groups of them in flight).
 // Printed per case: the victim's microseconds (mean over SMs) and its slowdown against the
 // same victim with no storer, and the storer's bytes per cycle per SM.
+//
+// Session 57 (H200; benchmarks/results/store_interference_twin_h200_2026-12-03_session57.md):
+// a store stream at full rate slows mma_rs 1.09-1.26x and mma_ss 1.00-1.07x, and L2-resident
+// loads 2-3x (lanes) to 4-6x (tma); the same bytes as a trickle of 2 KB chunks at ~4 bytes a
+// cycle cost the loads 1.01-1.07x. A warpgroup's own stores between its taps cost its MMAs
+// 1.3-1.5x.
 //
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //     -o /tmp/store_interference benchmarks/microbench/store_interference.cu && /tmp/store_interference \
 //     [x MB read] [y MB written] [storer pause ns] [storer chunk bytes]
 #include <cuda_bf16.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
