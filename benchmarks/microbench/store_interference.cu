@@ -61,8 +61,8 @@ namespace {
 using namespace jbs;
 using T = __nv_bfloat16;
 
-enum Victim { kMmaRs, kMmaSs, kBulk, kBoxes, kMmaRsTrickle, kMmaSsTrickle, kVictims };
-enum Storer { kNone, kLanes, kRegs, kTma, kStorers };
+enum Victim { kMmaRs, kMmaSs, kBulk, kBoxes, kMmaRsTrickle, kMmaSsTrickle };
+enum Storer { kNone, kLanes, kRegs, kTma };
 const char* const kVictimNames[] = {"mma_rs", "mma_ss", "bulk", "boxes", "rs+trkl", "ss+trkl"};
 const char* const kStorerNames[] = {"none", "lanes", "regs", "tma"};
 
