@@ -203,6 +203,10 @@ __global__ void __launch_bounds__(ConvStripConfig<T, R, BS>::kThreads, 1)
   for (int t = tid; t < taps; t += Cfg::kThreads) tap_slot[t] = p.tap_slot[t];
   for (int i = tid; i < Cfg::kBlockElems / 8; i += Cfg::kThreads) reinterpret_cast<uint4*>(zero_block)[i] = uint4{};
   __syncthreads();  // barriers initialised, the unit run, the tap slots and the zero block in place
+  // Launched early (programmatic dependent launch: launch_conv_strip_variant), the kernel has
+  // so far read only the layout's tables, which no kernel writes; from here on it reads x and
+  // w and writes y, so the kernel before it on the stream must be done.
+  griddep_wait();
   const int64_t first_unit = unit_range[0], end_unit = unit_range[1];
   UnitCursor<kP> cursor(p, taps, first_unit, end_unit);
 

@@ -1271,9 +1271,14 @@ cudaError_t launch_conv_strip_variant(const BsmmBlocksArgs& a, ConvStripParams p
       // The size varies with the taps and the image, the opt-in may be set only once: set it to the most.
       const cudaError_t err = opt_in_smem(reinterpret_cast<const void*>(kernel), Cfg::kOptInBytes);
       if (err != cudaSuccess) return err;
-      return launch_kernel(kernel, grid, dim3(Cfg::kThreads),
-                           static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.halo_units, p.split, p.stages)),
-                           stream, p);
+      const auto smem = static_cast<size_t>(Cfg::smem_bytes(taps, p.halo.halo_units, p.split, p.stages));
+      // Launched early, so that its CTAs start (barriers, unit runs from the tables) as soon as
+      // the kernel before it on the stream has let them, not after that kernel's completion
+      // has been signalled; the kernel waits for that completion before it touches x, w or y.
+      // 1.01x on the 1/8 rows (~0.45 us a call: benchmarks/NOTES.md, session 58);
+      // JBS_CONV_STRIP_PDL=0 launches it the ordinary way (to compare).
+      if (env_switch("JBS_CONV_STRIP_PDL") == 0) return launch_kernel(kernel, grid, dim3(Cfg::kThreads), smem, stream, p);
+      return launch_kernel_after(kernel, grid, dim3(Cfg::kThreads), smem, stream, p);
     };
     using I32 = std::integral_constant<int, 32>;
     using I16 = std::integral_constant<int, 16>;
