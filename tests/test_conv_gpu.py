@@ -342,13 +342,16 @@ def conv_with_zero_groups(rng, bs):
 def test_conv_strip_kernel_zero_units(rng, monkeypatch, bs):
     """Units without items (a column group none of whose output columns has a block: its
     output is all zeros), stored straight from the consumers' registers (the default) or through
-    their staging like any unit (JBS_CONV_STRIP_ZERO=0), with whole and split ring items at bs 32:
-    forward and input gradient against float64 over ~3 units a CTA, after the output's memory
-    was filled with NaNs (so an unwritten zero shows), and the same bits in every variant."""
+    their staging like any unit (JBS_CONV_STRIP_ZERO=0), with whole and split ring items at bs 32,
+    and with the kernel launched early (programmatic dependent launch, the default) or the
+    ordinary way (JBS_CONV_STRIP_PDL=0): forward and input gradient against float64 over ~3
+    units a CTA, after the output's memory was filled with NaNs (so an unwritten zero shows),
+    and the same bits in every variant."""
     conv = conv_with_zero_groups(rng, bs)
     x_shape = (64, 32, 16, conv.layout.shape[0] * bs)
     y_shape = x_shape[:3] + (conv.layout.shape[1] * bs,)
-    envs = ({}, {"JBS_CONV_STRIP_ZERO": "0"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "2"})
+    envs = ({}, {"JBS_CONV_STRIP_ZERO": "0"}, {"JBS_CONV_STRIP_SPLIT": "0"}, {"JBS_CONV_STRIP_SPLIT": "2"},
+            {"JBS_CONV_STRIP_PDL": "0"})
 
     def nans_freed():  # the allocator hands the same memory out again for the outputs
         for shape in (x_shape, y_shape):
