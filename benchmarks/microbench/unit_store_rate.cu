@@ -8,7 +8,10 @@
 //   tma:    one thread stores the staged unit as 4 TMA boxes (32 channels x 8 x 32 pixels,
 //           64-byte rows) and waits until they have read shared memory before the next unit;
 //   tma x2: the same from two staging buffers, a unit's boxes draining while the next is
-//           staged (what a unit-sized staging area would let the kernel overlap).
+//           staged (what a unit-sized staging area would let the kernel overlap);
+//   pieces: as lanes, but the unit's 4 columns are not adjacent (as the strip kernel's column
+//           groups paired by shared inputs are), so each 128-byte row a warp's 8 lanes store
+//           is two 64-byte pieces of two lines instead of one whole line (session 59).
 //
 // The session-46 probe measured the kernel's stores at ~8.7 us of 41 (fwd 2x3 bs 32 1/8):
 // this tells whether TMA stores drain a unit faster than the lanes do, and how long a
@@ -44,8 +47,10 @@ constexpr int kUnitBytes = 256 * 4 * 32 * 2;
 constexpr int kRepeats = 8;  // the whole walk, so that each SM writes ~45 units
 
 __device__ int column_of(int group, int c) { return (4 * group + c) % kColumns; }
+// Columns 3 apart: no two of a unit's columns share a 128-byte line of y.
+__device__ int spread_column_of(int group, int c) { return (group + 3 * c) % kColumns; }
 
-// MODE 0: lanes; 1: tma; 2: tma x2.
+// MODE 0: lanes; 1: tma; 2: tma x2; 3: pieces.
 template <int MODE>
 __global__ void __launch_bounds__(256, 1) store_kernel(const __grid_constant__ CUtensorMap map, T* y) {
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(dynamic_smem()) + 1023) &
@@ -57,14 +62,15 @@ __global__ void __launch_bounds__(256, 1) store_kernel(const __grid_constant__ C
       const int tile = u / kGroups, group = u % kGroups;
       const int image = tile / 4, x0 = (tile % 4) * 8;
       unsigned char* stage = smem + buffer * kUnitBytes;
-      if (MODE == 0) {
+      if (MODE == 0 || MODE == 3) {
         // Pixel p = i / 16 of the unit (row p / 8, column p % 8), 16-byte piece i % 16 of its
         // 4 x 64 bytes: every 4 lanes write one column block's 64 bytes.
         for (int i = tid; i < 256 * 16; i += 256) {
           const int p = i / 16, k = i % 16;
           const uint4 v = *reinterpret_cast<const uint4*>(stage + i * 16);
           const int64_t pixel = (int64_t{image} * kSide + p / 8) * kSide + x0 + p % 8;
-          *reinterpret_cast<uint4*>(y + pixel * kChannels + column_of(group, k / 4) * 32 + (k % 4) * 8) = v;
+          const int column = MODE == 0 ? column_of(group, k / 4) : spread_column_of(group, k / 4);
+          *reinterpret_cast<uint4*>(y + pixel * kChannels + column * 32 + (k % 4) * 8) = v;
         }
       } else {
         // Thread 0 (which committed them) waits until the boxes that last read this buffer
@@ -115,16 +121,18 @@ int main(int argc, char** argv) {
   cudaFuncSetAttribute(store_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaFuncSetAttribute(store_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaFuncSetAttribute(store_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaFuncSetAttribute(store_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  const char* names[3] = {"lanes ", "tma   ", "tma x2"};
+  const char* names[4] = {"lanes ", "tma   ", "tma x2", "pieces"};
   for (int rep = 0; rep < 2; ++rep) {
-    for (int mode = 0; mode < 3; ++mode) {
+    for (int mode = 0; mode < 4; ++mode) {
       auto launch = [&] {
         if (mode == 0) store_kernel<0><<<ctas, 256, smem>>>(map, y);
         if (mode == 1) store_kernel<1><<<ctas, 256, smem>>>(map, y);
         if (mode == 2) store_kernel<2><<<ctas, 256, smem>>>(map, y);
+        if (mode == 3) store_kernel<3><<<ctas, 256, smem>>>(map, y);
       };
       launch();
       cudaEventRecord(start);
