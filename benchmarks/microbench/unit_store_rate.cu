@@ -47,7 +47,8 @@ constexpr int kUnitBytes = 256 * 4 * 32 * 2;
 constexpr int kRepeats = 8;  // the whole walk, so that each SM writes ~45 units
 
 __device__ int column_of(int group, int c) { return (4 * group + c) % kColumns; }
-// Columns 3 apart: no two of a unit's columns share a 128-byte line of y.
+// Columns 3 apart: in groups 0 and 2 no two of a unit's columns share a 128-byte line of y (in
+// group 1, columns 1 and 0 do: a third of the units keep one whole line per pixel).
 __device__ int spread_column_of(int group, int c) { return (group + 3 * c) % kColumns; }
 
 // MODE 0: lanes; 1: tma; 2: tma x2; 3: pieces.
