@@ -89,9 +89,9 @@ def _stacked_weight_grad_bits(rng, bsmm, n, dtype, precision=None):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 17, 32, 64])
 def test_small_n_weight_gradient_staged_stores(rng, monkeypatch, bs, dtype, n):
-    """The small-N dw stream kernel's staged epilogue (on sm_90; the default at bs 32 and, for
-    16-bit types, bs 16; forced here by JBS_DW_STAGED=1; blocks leave by 16-byte lane stores for
-    16-bit types, by one bulk copy for fp32, up to 32 rows): against float64 on a power-law
+    """The small-N dw stream kernel's staged epilogue (on sm_90, the default; forced here by
+    JBS_DW_STAGED=1; blocks leave a swizzled staging block by 16-byte lane stores; fp32 up to 32
+    rows): against float64 on a power-law
     layout with an empty row and column, under vmap over stacked weights and activations (the
     kernel's weight groups), and bit for bit equal to the fp32-staging epilogue
     (JBS_DW_STAGED=0): both round each fp32 sum to the nearest of the output type."""
@@ -103,6 +103,23 @@ def test_small_n_weight_gradient_staged_stores(rng, monkeypatch, bs, dtype, n):
         recompute, staged = _stacked_weight_grad_bits(rng, bsmm, n, dtype, precision)
         monkeypatch.setenv("JBS_DW_STAGED", "0")
         np.testing.assert_array_equal(recompute(), staged)
+
+
+@pytest.mark.parametrize("n", [1, 17, 32])
+def test_small_n_weight_gradient_fp32_swizzled_tiles(rng, monkeypatch, n):
+    """The fp32 bs 32 small-N dw with swizzled 32-float tile rows and 3 stages a warp
+    (the default; JBS_DW_F32_SWIZZLE=1 forces it): against float64 on a power-law layout with an empty row and column,
+    under vmap over stacked weights and activations, at default and highest precision, and bit
+    for bit equal to the padded-row tiles (JBS_DW_F32_SWIZZLE=0): the same MMAs on the same
+    values in the same order."""
+    monkeypatch.setenv("JBS_DW_PANEL", "0")
+    layout = heavy_column_layout(rng, 37, 11, density=0.3)
+    for precision in (None, "highest"):
+        monkeypatch.setenv("JBS_DW_F32_SWIZZLE", "1")
+        bsmm = jbs.BlockSparseMatMul(layout, 32, precision=precision)
+        recompute, swizzled = _stacked_weight_grad_bits(rng, bsmm, n, jnp.float32, precision)
+        monkeypatch.setenv("JBS_DW_F32_SWIZZLE", "0")
+        np.testing.assert_array_equal(recompute(), swizzled)
 
 
 @pytest.mark.parametrize("bs", [16, 32])

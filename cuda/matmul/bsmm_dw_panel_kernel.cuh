@@ -161,7 +161,6 @@ __global__ void __launch_bounds__(DwPanelConfig<T, BS, TN>::kThreads, 1)
     }
     cp_async_wait<0>();  // a prefetch past the warp's share lands before the buffers are reused
   }
-  finish_staged_blocks<T>(lane);
 }
 
 }  // namespace jbs

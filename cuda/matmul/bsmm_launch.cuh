@@ -1751,9 +1751,9 @@ cudaError_t launch_panel_dw_variant(const BsmmDwArgs& a, const PanelDwParams& p,
   }
 }
 
-template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false>
+template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false, bool F32_SWIZZLED = false>
 cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
-  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED>;
+  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED, F32_SWIZZLED>;
   DwStreamParams p;
   fill_dw_operands(p, a);
   p.items = a.items;
@@ -1772,8 +1772,8 @@ cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   const int64_t per_cta = ipw * Cfg::kWarps;
   const dim3 grid(static_cast<unsigned>((a.nnz + per_cta - 1) / per_cta),
                   static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, STAGED>, grid, dim3(Cfg::kThreads),
-                       Cfg::kSmemBytes, stream, p);
+  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, STAGED, F32_SWIZZLED>, grid,
+                       dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
 }
 
 // Whether the small-N dw kernel writes its blocks through staging blocks in the output type
@@ -1782,9 +1782,9 @@ cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
 // bf16, N = 32: with bulk copies, bs 32 1.24-1.40x faster than the fp32 staging at densities 1
 // to 1/16 (1/2: 95.3 -> 70.6 us), the 16-bit lane stores of session 27 another 1.03-1.06x; at
 // bs 16 bulk copies were 5-8% slower than the fp32 staging, lane stores 1.15x faster at 1/32
-// and 1.2-1.6x at 1/64 (the panel kernel takes bs 16 from 1/16 up). fp32 at bs 16 keeps the
-// fp32 staging (not measured). JBS_DW_STAGED=0 keeps the fp32 staging everywhere, =1 takes the
-// staged epilogue wherever it is built.
+// and 1.2-1.6x at 1/64 (the panel kernel takes bs 16 from 1/16 up). fp32 at bs 16 takes it
+// too since its staging is swizzled (session 60). JBS_DW_STAGED=0 keeps the fp32 staging
+// everywhere.
 template <typename T, int BS, int TN>
 constexpr bool kDwStagedSupported = (BS == 16 || BS == 32) && (kIs16Bit<T> || TN <= 32);
 
@@ -1792,7 +1792,7 @@ template <typename T, int BS, int TN>
 bool use_dw_staged() {
   if (!kDwStagedSupported<T, BS, TN> || !device_is_sm90()) return false;
   const int env = env_switch("JBS_DW_STAGED");
-  return env == 1 || (env < 0 && (BS == 32 || kIs16Bit<T>));
+  return env != 0;
 }
 
 // Whether the small-N dw panel kernel (matmul/bsmm_dw_panel_kernel.cuh) runs: 16-bit types,
@@ -1802,7 +1802,8 @@ bool use_dw_staged() {
 // kernel is bound by its per-block cost, from 4 blocks per run on (1.04x at 4, 1.15x at 8,
 // 1.24-1.38x at 16 to 64; 18-24% slower at 1-2); at bs 32, whose stream kernel has the bulk
 // epilogue and is L2-bound, only near full panels (1.12x at 32 blocks, within noise at 16,
-// 5-25% slower at 2-8). benchmarks/NOTES.md, session 27.
+// 5-25% slower at 2-8). benchmarks/NOTES.md, session 27. On an H200 with both kernels' staging
+// swizzled, bs 32 gains from 16 blocks a run (session 60).
 // Default for the measured 32-row tile; JBS_DW_PANEL=0 turns it off, =1 forces it.
 template <typename T, int BS, int TN>
 constexpr bool kDwPanelSupported = kIs16Bit<T> && (BS == 16 || BS == 32) && TN <= 32;
@@ -1815,7 +1816,10 @@ bool use_dw_panel(const BsmmDwArgs& a) {
   const int env = env_switch("JBS_DW_PANEL");
   if (env >= 0) return env == 1;
   const int64_t runs = static_cast<int64_t>(a.num_panels) * (a.x_cols / BS);  // (panel, block row) pairs
-  const int64_t min_blocks_per_run = BS == 16 ? 4 : 24;
+  // bs 32: at 16 blocks a run (the seed shape at density 1/2) the panel kernel was 1.08x faster
+  // than the stream kernel on an H200, level at 8 and 1.15x slower at 4 (benchmarks/NOTES.md,
+  // session 60; the H100's rule had been 24).
+  const int64_t min_blocks_per_run = BS == 16 ? 4 : 12;
   return TN == 32 && a.nnz >= min_blocks_per_run * runs;
 }
 
@@ -1843,7 +1847,17 @@ template <typename T, int BS, int TN, bool PRECISE>
 cudaError_t launch_dw_stream(const BsmmDwArgs& a, cudaStream_t stream) {
   if (use_dw_panel<T, BS, TN>(a)) return launch_dw_panel_variant<T, BS, TN>(a, stream);
   if constexpr (kDwStagedSupported<T, BS, TN>) {
-    if (use_dw_staged<T, BS, TN>()) return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
+    if (use_dw_staged<T, BS, TN>()) {
+      // fp32 bs 32: swizzled tiles and 3 stages (DwStreamConfig's F32_SWIZZLED), 1.04-1.1x
+      // faster at the seed shape (benchmarks/NOTES.md, session 60); JBS_DW_F32_SWIZZLE=0 keeps
+      // the padded tiles.
+      if constexpr (std::is_same_v<T, float> && BS == 32) {
+        if (env_switch("JBS_DW_F32_SWIZZLE") != 0) {
+          return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true, true>(a, stream);
+        }
+      }
+      return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
+    }
   }
   return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2)
              ? launch_dw_stream_variant<T, BS, TN, PRECISE, true>(a, stream)

@@ -20,12 +20,16 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
+#include "common/swizzle.cuh"  // swizzle_f32_kmajor
 
 namespace jbs {
 
-template <typename T, int ROWS, int COLS, int NTHREADS>
+// F32_KMAJOR_SWIZZLED: 32-float rows placed as common/swizzle.cuh's swizzle_f32_kmajor says
+// (ld_dst is then 32).
+template <typename T, int ROWS, int COLS, int NTHREADS, bool F32_KMAJOR_SWIZZLED = false>
 __device__ __forceinline__ void load_tile_async(T* dst, int ld_dst, const T* src, int64_t ld_src,
                                                 int valid_rows, int tid) {
+  static_assert(!F32_KMAJOR_SWIZZLED || (sizeof(T) == 4 && COLS == 32), "the swizzle is of 32-float rows");
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   static_assert(COLS % kVec == 0, "tile rows must be whole 16-byte chunks");
   constexpr int kChunksPerRow = COLS / kVec;
@@ -45,7 +49,8 @@ __device__ __forceinline__ void load_tile_async(T* dst, int ld_dst, const T* src
     if (ROWS % kRowStep != 0 && r >= ROWS) break;
     const int src_bytes = 16 * max(min(valid_rows - r, 1), 0);
     const int r_src = min(r, valid_rows - 1);  // valid_rows >= 1 for every tile we load
-    cp_async_16(dst + r * ld_dst + c, src + static_cast<int64_t>(r_src) * ld_src + c, src_bytes);
+    T* const at = F32_KMAJOR_SWIZZLED ? dst + swizzle_f32_kmajor(r, c) : dst + r * ld_dst + c;
+    cp_async_16(at, src + static_cast<int64_t>(r_src) * ld_src + c, src_bytes);
   }
 }
 

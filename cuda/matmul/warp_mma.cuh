@@ -18,7 +18,9 @@
 // shared-memory reads bank-conflict free (see the tile configs), or (16-bit k16:
 // A_SWIZZLED, B_SWIZZLED) hand over a tile that TMA copied as rows of 128 bytes with
 // the 128-byte swizzle (common/swizzle.cuh: swizzle_128b) into a 1024-byte-aligned
-// address, its own rows unpadded (lda / ldb = the tile's width).
+// address, its own rows unpadded (lda / ldb = the tile's width). fp32 k-major operands
+// (A_KMAJOR A, B_KMAJOR B) may instead be SWIZZLED as common/swizzle.cuh's swizzle_f32_kmajor
+// places 32-float rows (lda / ldb = 32).
 #pragma once
 
 #include "common/ptx.cuh"
@@ -92,11 +94,15 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
-    static_assert(!B_SWIZZLED, "tf32 B fragments are read from unswizzled rows");
+    static_assert(!B_SWIZZLED || B_KMAJOR, "tf32 B fragments: swizzled k-major rows only");
     const int gq = lane >> 2;
     const int tq = lane & 3;
     auto load_b = [&](int k, int n) -> float {
-      return B_KMAJOR ? Bs[k * ldb + n] : Bs[n * ldb + k];
+      if constexpr (B_SWIZZLED) {
+        return Bs[swizzle_f32_kmajor(k, n)];
+      } else {
+        return B_KMAJOR ? Bs[k * ldb + n] : Bs[n * ldb + k];
+      }
     };
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -206,10 +212,15 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
     if constexpr (!A_KMAJOR && !M_HALF) {
       load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLED>(a, a_small, As, lda, m0, k0, lane);
     } else {
+      static_assert(!A_SWIZZLED || A_KMAJOR, "tf32 A fragments: swizzled k-major rows only");
       const int gq = lane >> 2;
       const int tq = lane & 3;
       auto load_a = [&](int m, int k) -> float {
-        return A_KMAJOR ? As[k * lda + m] : As[m * lda + k];
+        if constexpr (A_SWIZZLED) {
+          return As[swizzle_f32_kmajor(k, m)];
+        } else {
+          return A_KMAJOR ? As[k * lda + m] : As[m * lda + k];
+        }
       };
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
