@@ -105,20 +105,27 @@ def test_small_n_weight_gradient_staged_stores(rng, monkeypatch, bs, dtype, n):
         np.testing.assert_array_equal(recompute(), staged)
 
 
-@pytest.mark.parametrize("n", [1, 17, 32])
-def test_small_n_weight_gradient_fp32_swizzled_tiles(rng, monkeypatch, n):
-    """The fp32 bs 32 small-N dw with swizzled 32-float tile rows and 3 stages a warp
-    (the default; JBS_DW_F32_SWIZZLE=1 forces it): against float64 on a power-law layout with an empty row and column,
-    under vmap over stacked weights and activations, at default and highest precision, and bit
-    for bit equal to the padded-row tiles (JBS_DW_F32_SWIZZLE=0): the same MMAs on the same
-    values in the same order."""
+@pytest.mark.parametrize(
+    "dtype, bs, n",
+    [(jnp.float32, 32, 1), (jnp.float32, 32, 17), (jnp.float32, 32, 32), (jnp.float32, 16, 1), (jnp.float32, 16, 29),
+     (jnp.bfloat16, 32, 1), (jnp.bfloat16, 32, 29), (jnp.bfloat16, 32, 64),
+     (jnp.bfloat16, 16, 17), (jnp.float16, 16, 32), (jnp.float16, 32, 7)],
+)
+def test_small_n_weight_gradient_swizzled_tiles(rng, monkeypatch, dtype, bs, n):
+    """The staged small-N dw with unpadded, swizzled tile rows (the default; JBS_DW_SWIZZLE=1
+    forces it): fp32's 16- and 32-float rows by swizzle_f32_kmajor, 16-bit 32- and 64-byte rows by
+    swizzle_128b, so more stages fit a warp. Against float64 on a power-law layout with an empty
+    row and column, under vmap over stacked weights and activations, at default and (fp32)
+    highest precision, and bit for bit equal to the padded tiles (JBS_DW_SWIZZLE=0): the same
+    MMAs on the same values in the same order."""
     monkeypatch.setenv("JBS_DW_PANEL", "0")
+    monkeypatch.setenv("JBS_DW_STAGED", "1")
     layout = heavy_column_layout(rng, 37, 11, density=0.3)
-    for precision in (None, "highest"):
-        monkeypatch.setenv("JBS_DW_F32_SWIZZLE", "1")
-        bsmm = jbs.BlockSparseMatMul(layout, 32, precision=precision)
-        recompute, swizzled = _stacked_weight_grad_bits(rng, bsmm, n, jnp.float32, precision)
-        monkeypatch.setenv("JBS_DW_F32_SWIZZLE", "0")
+    for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
+        monkeypatch.setenv("JBS_DW_SWIZZLE", "1")
+        bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
+        recompute, swizzled = _stacked_weight_grad_bits(rng, bsmm, n, dtype, precision)
+        monkeypatch.setenv("JBS_DW_SWIZZLE", "0")
         np.testing.assert_array_equal(recompute(), swizzled)
 
 

@@ -29,13 +29,15 @@ __device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
 __device__ __forceinline__ int swizzle_128b(int offset) { return offset ^ ((offset >> 3) & 0x70); }
 
 // Element offset of (row, col) in a tile of 32-float (128-byte) rows whose 16-byte chunks are
-// XORed with 2 (row % 4). Why: a tf32 fragment read of a k-major tile (common/../matmul/
-// warp_mma.cuh: 8 m's x 4 k's a load, rows k) then hits 32 distinct banks without the 8 floats
-// of padding a row (40-float rows) that the fp32 small-N dw tiles had; a row's 16-byte
-// writes stay whole and distinct. (swizzle_128b's XOR with row % 8 would leave those reads
-// 2-way conflicted: rows k and k ^ 1 map a chunk pair onto itself.)
-__device__ __forceinline__ int swizzle_f32_kmajor(int row, int col) {
-  return row * 32 + (((col >> 2) ^ ((row & 3) << 1)) << 2) + (col & 3);
+// XORed with 2 (row % 4), or of 16-float (64-byte) rows, two a line, whose chunks are XORed with
+// row & 2. Why: a tf32 fragment read of a k-major tile (common/../matmul/warp_mma.cuh: 8 m's x
+// 4 k's a load, rows k) then hits 32 distinct banks without the 8 floats of padding a row (40-
+// or 24-float rows) that the fp32 small-N dw tiles had; a row's 16-byte writes stay whole and
+// distinct. (swizzle_128b's XOR with row % 8 would leave the 32-float reads 2-way conflicted:
+// rows k and k ^ 1 map a chunk pair onto itself.)
+__device__ __forceinline__ int swizzle_f32_kmajor(int row, int col, int row_floats = 32) {
+  const int pattern = row_floats == 32 ? (row & 3) << 1 : (row & 2);
+  return row * row_floats + (((col >> 2) ^ pattern) << 2) + (col & 3);
 }
 
 }  // namespace jbs

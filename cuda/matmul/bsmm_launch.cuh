@@ -1751,9 +1751,9 @@ cudaError_t launch_panel_dw_variant(const BsmmDwArgs& a, const PanelDwParams& p,
   }
 }
 
-template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false, bool F32_SWIZZLED = false>
+template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false, bool SWIZZLED = false>
 cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
-  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED, F32_SWIZZLED>;
+  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED, SWIZZLED>;
   DwStreamParams p;
   fill_dw_operands(p, a);
   p.items = a.items;
@@ -1772,7 +1772,7 @@ cudaError_t launch_dw_stream_variant(const BsmmDwArgs& a, cudaStream_t stream) {
   const int64_t per_cta = ipw * Cfg::kWarps;
   const dim3 grid(static_cast<unsigned>((a.nnz + per_cta - 1) / per_cta),
                   static_cast<unsigned>(a.groups));
-  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, STAGED, F32_SWIZZLED>, grid,
+  return launch_kernel(bsmm_dw_stream_kernel<T, BS, TN, PRECISE, BIG, STAGED, SWIZZLED>, grid,
                        dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
 }
 
@@ -1803,7 +1803,8 @@ bool use_dw_staged() {
 // 1.24-1.38x at 16 to 64; 18-24% slower at 1-2); at bs 32, whose stream kernel has the bulk
 // epilogue and is L2-bound, only near full panels (1.12x at 32 blocks, within noise at 16,
 // 5-25% slower at 2-8). benchmarks/NOTES.md, session 27. On an H200 with both kernels' staging
-// swizzled, bs 32 gains from 16 blocks a run (session 60).
+// swizzled, bs 32 gained from 16 blocks a run (session 60), but not against the stream
+// kernel's swizzled tiles (session 61).
 // Default for the measured 32-row tile; JBS_DW_PANEL=0 turns it off, =1 forces it.
 template <typename T, int BS, int TN>
 constexpr bool kDwPanelSupported = kIs16Bit<T> && (BS == 16 || BS == 32) && TN <= 32;
@@ -1817,11 +1818,19 @@ bool use_dw_panel(const BsmmDwArgs& a) {
   if (env >= 0) return env == 1;
   const int64_t runs = static_cast<int64_t>(a.num_panels) * (a.x_cols / BS);  // (panel, block row) pairs
   // bs 32: at 16 blocks a run (the seed shape at density 1/2) the panel kernel was 1.08x faster
-  // than the stream kernel on an H200, level at 8 and 1.15x slower at 4 (benchmarks/NOTES.md,
-  // session 60; the H100's rule had been 24).
-  const int64_t min_blocks_per_run = BS == 16 ? 4 : 12;
+  // than the stream kernel on an H200 (session 60), but 1.035x slower than the stream kernel
+  // with swizzled tiles (50.7 against 52.5 us, session 61), which it still beats at 32 blocks
+  // (density 1: 88 against 94 us): back to the H100's 24.
+  const int64_t min_blocks_per_run = BS == 16 ? 4 : 24;
   return TN == 32 && a.nnz >= min_blocks_per_run * runs;
 }
+
+// Whether the staged small-N dw takes its tiles unpadded and swizzled (DwStreamConfig's
+// SWIZZLED): by default; JBS_DW_SWIZZLE=0 keeps the padded tiles. At the seed shape on an
+// H200 (benchmarks/NOTES.md, sessions 60-61): fp32 bs 32 1.04-1.1x (3 stages a warp instead of
+// 2), bf16 bs 32 1.10-1.27x at densities 1/4 to 1/16 (6 stages instead of 4, and half the
+// cp.async wavefronts), bf16 bs 16 1.2x at 1/32, fp32 bs 16 level to 1.1x.
+inline bool use_dw_swizzled() { return env_switch("JBS_DW_SWIZZLE") != 0; }
 
 template <typename T, int BS, int TN>
 cudaError_t launch_dw_panel_variant(const BsmmDwArgs& a, cudaStream_t stream) {
@@ -1848,14 +1857,7 @@ cudaError_t launch_dw_stream(const BsmmDwArgs& a, cudaStream_t stream) {
   if (use_dw_panel<T, BS, TN>(a)) return launch_dw_panel_variant<T, BS, TN>(a, stream);
   if constexpr (kDwStagedSupported<T, BS, TN>) {
     if (use_dw_staged<T, BS, TN>()) {
-      // fp32 bs 32: swizzled tiles and 3 stages (DwStreamConfig's F32_SWIZZLED), 1.04-1.1x
-      // faster at the seed shape (benchmarks/NOTES.md, session 60); JBS_DW_F32_SWIZZLE=0 keeps
-      // the padded tiles.
-      if constexpr (std::is_same_v<T, float> && BS == 32) {
-        if (env_switch("JBS_DW_F32_SWIZZLE") != 0) {
-          return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true, true>(a, stream);
-        }
-      }
+      if (use_dw_swizzled()) return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true, true>(a, stream);
       return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
     }
   }

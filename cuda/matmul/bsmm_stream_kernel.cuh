@@ -104,10 +104,10 @@ struct StreamConfig {
 // Warp-cooperative async copy of a ROWS x COLS tile (row stride ld_src in
 // global memory, ld_dst in shared memory); rows >= valid_rows are zero-filled
 // (0 source bytes from a valid address).
-template <typename T, int ROWS, int COLS, bool F32_KMAJOR_SWIZZLED = false>
+template <typename T, int ROWS, int COLS, bool SWIZZLED = false>
 __device__ __forceinline__ void warp_load_tile(T* dst, int ld_dst, const T* src, int64_t ld_src,
                                                int valid_rows, int lane) {
-  load_tile_async<T, ROWS, COLS, 32, F32_KMAJOR_SWIZZLED>(dst, ld_dst, src, ld_src, valid_rows, lane);
+  load_tile_async<T, ROWS, COLS, 32, SWIZZLED>(dst, ld_dst, src, ld_src, valid_rows, lane);
 }
 
 // Lane l of the warp returns items[base + stride * (32 q + l)] for q = batch,
@@ -331,22 +331,23 @@ struct DwStreamParams : DwOperands {
 // (benchmarks/NOTES.md, sessions 3 and 26). With STAGED the CTA always has 8 warps (two per
 // scheduler) and as many stages as fit 224 KiB (fp32: 2, so N <= 32 only).
 //
-// F32_SWIZZLED (fp32, bs 32, STAGED): the tiles' rows are 32 floats, swizzled
-// (common/swizzle.cuh: swizzle_f32_kmajor) instead of padded to 40, so 3 stages fit a warp's
-// 28 KB instead of 2. Why: at the seed shape, density 1/2, the fp32 dw ran at 12% occupancy,
-// 6 cycles per issued instruction, with DRAM 50% and L2 70% busy (benchmarks/NOTES.md,
-// session 59): latency-bound on its 2 blocks in flight a warp. Measured 1.04-1.1x faster
-// (session 60).
-template <typename T, int BS, int TN, bool BIG, bool STAGED = false, bool F32_SWIZZLED = false>
+// SWIZZLED (STAGED, bs 16 or 32): the tiles' rows are unpadded and swizzled
+// (matmul/tile_io.cuh: load_tile_async), so more stages fit a warp's 28 KB. Why: at the seed
+// shape, density 1/2, the fp32 dw ran at 12% occupancy, 6 cycles per issued instruction, with
+// DRAM 50% and L2 70% busy (benchmarks/NOTES.md, session 59): latency-bound on its 2 blocks in
+// flight a warp. fp32 bs 32 then holds 3 stages (1.04-1.1x faster, session 60), bf16 bs 32 6
+// instead of 4, with 8 shared wavefronts a 512-byte cp.async instead of 11 (1.10-1.27x at
+// densities 1/4 to 1/16, session 61).
+template <typename T, int BS, int TN, bool BIG, bool STAGED = false, bool SWIZZLED = false>
 struct DwStreamConfig {
   static constexpr bool k16 = kIs16Bit<T>;
   static_assert(!STAGED || BS == 16 || BS == 32, "staged dw epilogue: bs 16 or 32");
-  static_assert(!F32_SWIZZLED || (STAGED && !k16 && BS == 32), "swizzled tiles: the staged fp32 bs 32 dw");
+  static_assert(!SWIZZLED || (STAGED && (BS == 16 || BS == 32)), "swizzled tiles: the staged dw at bs 16 or 32");
   static constexpr bool kMHalf = BS == 8;
   static constexpr int kMT = kMHalf ? 1 : BS / 16;
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = k16 ? 16 : 8;
-  static constexpr int kLd = F32_SWIZZLED ? BS : BS == 8 ? 8 : BS + 8;  // k-major reads of both operands
+  static constexpr int kLd = SWIZZLED ? BS : BS == 8 ? 8 : BS + 8;  // k-major reads of both operands
   static constexpr int kTileElems = TN * kLd;
   // Stage s holds x region s (the x tile of some recent run, see the kernel) and
   // the dy tile of the item in flight in stage s.
@@ -355,10 +356,10 @@ struct DwStreamConfig {
   static constexpr int kLdC = BS + 4;
   static constexpr int kStagedSmemBytes = 224 * 1024;
   // STAGED: staging blocks per warp. The lane stores have read a block by the time the warp
-  // stages the next one, so one would do; F32_SWIZZLED takes one to fit its third stage, while
+  // stages the next one, so one would do; fp32's SWIZZLED takes one to fit its third stage, while
   // a fifth stage for bf16 bs 32 in place of its second block measured ~2% slower at the seed
   // shape, density 1/4 (benchmarks/NOTES.md, session 60).
-  static constexpr int kOutSlots = F32_SWIZZLED ? 1 : 2;
+  static constexpr int kOutSlots = (SWIZZLED && !k16) ? 1 : 2;
   static constexpr int kOutBytes =
       STAGED ? kOutSlots * BS * BS * static_cast<int>(sizeof(T)) : BS * kLdC * 4;  // fp32 staging of one block
   static constexpr int kStages =
@@ -373,10 +374,10 @@ struct DwStreamConfig {
   static_assert(kSmemBytes <= (STAGED ? kStagedSmemBytes : 200 * 1024), "shared memory");
 };
 
-template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false, bool F32_SWIZZLED = false>
-__global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED, F32_SWIZZLED>::kThreads)
+template <typename T, int BS, int TN, bool PRECISE, bool BIG, bool STAGED = false, bool SWIZZLED = false>
+__global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED, SWIZZLED>::kThreads)
     bsmm_dw_stream_kernel(const DwStreamParams p) {
-  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED, F32_SWIZZLED>;
+  using Cfg = DwStreamConfig<T, BS, TN, BIG, STAGED, SWIZZLED>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
   unsigned char* const smem_raw = dynamic_smem();
@@ -421,11 +422,11 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED, F32_SWI
     if (it.x != issued_c) {
       issued_c = it.x;
       issued_region = issued_region + 1 == S ? 0 : issued_region + 1;
-      warp_load_tile<T, TN, BS, F32_SWIZZLED>(wsm + issued_region * Cfg::kStageElems, Cfg::kLd,
+      warp_load_tile<T, TN, BS, SWIZZLED>(wsm + issued_region * Cfg::kStageElems, Cfg::kLd,
                                               x + static_cast<int64_t>(it.x) * BS, p.x_cols, valid_rows, lane);
     }
     if (lane == 0) x_region_of_stage[stage] = issued_region;
-    warp_load_tile<T, TN, BS, F32_SWIZZLED>(wsm + stage * Cfg::kStageElems + Cfg::kTileElems, Cfg::kLd,
+    warp_load_tile<T, TN, BS, SWIZZLED>(wsm + stage * Cfg::kStageElems + Cfg::kTileElems, Cfg::kLd,
                                             dy + static_cast<int64_t>(it.y) * BS, p.dy_cols, valid_rows, lane);
   };
 
@@ -459,7 +460,7 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED, F32_SWI
 #pragma unroll
     for (int k0 = 0; k0 < TN; k0 += Cfg::kKStep) {
       warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/true, /*B_KMAJOR=*/true,
-                    Cfg::kMHalf, PRECISE, F32_SWIZZLED, F32_SWIZZLED>(acc, xs, Cfg::kLd, 0, ds, Cfg::kLd, 0, k0, lane);
+                    Cfg::kMHalf, PRECISE, SWIZZLED, SWIZZLED>(acc, xs, Cfg::kLd, 0, ds, Cfg::kLd, 0, k0, lane);
     }
     T* const out = dw + (first + t) * (BS * BS);
     if constexpr (STAGED) {

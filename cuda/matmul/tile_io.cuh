@@ -20,16 +20,17 @@
 
 #include "common/dtype.cuh"
 #include "common/ptx.cuh"
-#include "common/swizzle.cuh"  // swizzle_f32_kmajor
+#include "common/swizzle.cuh"  // swizzle_f32_kmajor, swizzle_128b
 
 namespace jbs {
 
-// F32_KMAJOR_SWIZZLED: 32-float rows placed as common/swizzle.cuh's swizzle_f32_kmajor says
-// (ld_dst is then 32).
-template <typename T, int ROWS, int COLS, int NTHREADS, bool F32_KMAJOR_SWIZZLED = false>
+// SWIZZLED: the rows are unpadded (ld_dst == COLS) and placed as common/swizzle.cuh says:
+// fp32 16- or 32-float rows by swizzle_f32_kmajor, 16-bit rows (32 or 64 bytes) by swizzle_128b on
+// their byte offsets, which warp_mma.cuh's tile_at reads back.
+template <typename T, int ROWS, int COLS, int NTHREADS, bool SWIZZLED = false>
 __device__ __forceinline__ void load_tile_async(T* dst, int ld_dst, const T* src, int64_t ld_src,
                                                 int valid_rows, int tid) {
-  static_assert(!F32_KMAJOR_SWIZZLED || (sizeof(T) == 4 && COLS == 32), "the swizzle is of 32-float rows");
+  static_assert(!SWIZZLED || COLS == 16 || COLS == 32, "swizzled tiles: rows of 16 or 32 elements");
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   static_assert(COLS % kVec == 0, "tile rows must be whole 16-byte chunks");
   constexpr int kChunksPerRow = COLS / kVec;
@@ -49,7 +50,14 @@ __device__ __forceinline__ void load_tile_async(T* dst, int ld_dst, const T* src
     if (ROWS % kRowStep != 0 && r >= ROWS) break;
     const int src_bytes = 16 * max(min(valid_rows - r, 1), 0);
     const int r_src = min(r, valid_rows - 1);  // valid_rows >= 1 for every tile we load
-    T* const at = F32_KMAJOR_SWIZZLED ? dst + swizzle_f32_kmajor(r, c) : dst + r * ld_dst + c;
+    T* at = dst + r * ld_dst + c;
+    if constexpr (SWIZZLED) {
+      if constexpr (sizeof(T) == 4) {
+        at = dst + swizzle_f32_kmajor(r, c, COLS);
+      } else {
+        at = reinterpret_cast<T*>(reinterpret_cast<char*>(dst) + swizzle_128b((r * COLS + c) * int(sizeof(T))));
+      }
+    }
     cp_async_16(at, src + static_cast<int64_t>(r_src) * ld_src + c, src_bytes);
   }
 }

@@ -18,9 +18,10 @@
 // shared-memory reads bank-conflict free (see the tile configs), or (16-bit k16:
 // A_SWIZZLED, B_SWIZZLED) hand over a tile that TMA copied as rows of 128 bytes with
 // the 128-byte swizzle (common/swizzle.cuh: swizzle_128b) into a 1024-byte-aligned
-// address, its own rows unpadded (lda / ldb = the tile's width). fp32 k-major operands
+// address, or that cp.async placed the same way (matmul/tile_io.cuh: load_tile_async's
+// SWIZZLED), its own rows unpadded (lda / ldb = the tile's width). fp32 k-major operands
 // (A_KMAJOR A, B_KMAJOR B) may instead be SWIZZLED as common/swizzle.cuh's swizzle_f32_kmajor
-// places 32-float rows (lda / ldb = 32).
+// places 16- or 32-float rows (lda / ldb = 16 or 32).
 #pragma once
 
 #include "common/ptx.cuh"
@@ -99,7 +100,7 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
     const int tq = lane & 3;
     auto load_b = [&](int k, int n) -> float {
       if constexpr (B_SWIZZLED) {
-        return Bs[swizzle_f32_kmajor(k, n)];
+        return Bs[swizzle_f32_kmajor(k, n, ldb)];
       } else {
         return B_KMAJOR ? Bs[k * ldb + n] : Bs[n * ldb + k];
       }
@@ -170,7 +171,7 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
       if constexpr (!A_KMAJOR) {
         load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLED>(a, a_small, As, lda, m0, k0, lane);
       } else {
-        static_assert(!A_SWIZZLED, "k-major A tiles are read unswizzled");
+        static_assert(!A_SWIZZLED || !M_HALF, "swizzled k-major A tiles: whole 16-row tiles");
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const int mb = m0 + mt * 16;
@@ -184,7 +185,7 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
             a[mt][3] = 0u;
           } else {
             // stored rows are k: matrix i at (k + 8*(i>>1), m + 8*(i&1)), transposed.
-            ldsm_x4_t(a[mt], As + (k0 + (i >> 1) * 8 + r) * lda + mb + (i & 1) * 8);
+            ldsm_x4_t(a[mt], tile_at<A_SWIZZLED>(As, (k0 + (i >> 1) * 8 + r) * lda + mb + (i & 1) * 8));
           }
         }
       }
@@ -217,7 +218,7 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
       const int tq = lane & 3;
       auto load_a = [&](int m, int k) -> float {
         if constexpr (A_SWIZZLED) {
-          return As[swizzle_f32_kmajor(k, m)];
+          return As[swizzle_f32_kmajor(k, m, lda)];
         } else {
           return A_KMAJOR ? As[k * lda + m] : As[m * lda + k];
         }
