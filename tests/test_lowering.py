@@ -427,8 +427,9 @@ def _group_tables(num_groups: int, items_per_group: int):
 @pytest.mark.parametrize("setting,itemsize,block_size,rows,nnz,union_items,expected", [
     ("", 2, 16, 32, 49152, 12288, 2 * 1280 * 32 * 128),  # reuse 4, 24 MiB: taken
     ("", 2, 16, 16, 49152, 12288, 2 * 1280 * 16 * 128),  # row tile 16
-    ("", 2, 16, 32, 36864, 29696, 2 * 1280 * 32 * 128),  # reuse 1.24, 18 MiB (seed at 1/16)
-    ("", 2, 16, 32, 36864, 32768, 0),                     # reuse 1.125 < 1.2
+    ("", 2, 16, 32, 49152, 22528, 2 * 1280 * 32 * 128),  # reuse 2.18, 24 MiB (seed at 1/4)
+    ("", 2, 16, 32, 36864, 24576, 0),                     # reuse 1.5 < 2 (seed at 1/8)
+    ("", 2, 16, 32, 36864, 29696, 0),                     # reuse 1.24 (seed at 1/16)
     ("", 2, 16, 32, 32000, 8000, 0),                      # under 16 MiB
     ("", 2, 8, 32, 1179648, 147456, 2 * 1280 * 32 * 128),  # bs 8, reuse 8 (seed at 1/2)
     ("", 2, 8, 32, 589824, 135168, 0),                    # bs 8, reuse 4.4 < 7
@@ -445,7 +446,7 @@ def test_small_n_scratch_of_the_even_split_group_kernel(monkeypatch, setting, it
     """The even-split kernel over column groups (bsmm_launch.cuh use_stream_even_group) gets
     two pieces of row tile x 128 floats per warp, for at most 1280 warps, where it would run:
     16-bit types at bs 8, 16 and 32 up to 32 rows, by default with >= 16 MiB of weights and
-    union items of >= 1.2 (bs 16) / 3 (bs 32) / 7 (bs 8) blocks; JBS_STREAM_EVEN_GROUP=1
+    union items of >= 2 (bs 16) / 3 (bs 32) / 7 (bs 8) blocks; JBS_STREAM_EVEN_GROUP=1
     forces it and =0 disables it."""
     monkeypatch.setenv("JBS_STREAM_EVEN_GROUP", setting)
     offsets, items = _group_tables(4, union_items // 4)

@@ -904,8 +904,11 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
 // bf16 us at N = 32 / 16: density 1 (reuse 4) fwd 92 vs 114 / 87 vs 91, dx 94 vs 113 / 89 vs
 // 89; 1/2 (reuse 2.1) 60 vs 61 / 53 vs 49; 1/4 and below 1.15-1.5x slower (fewer items in
 // flight than the one-column walk's 8 warps of 5 stages, each with fewer blocks to feed).
+// At bs 16 on an H200 against the one-column walk with swizzled tiles (session 61), bf16 fwd /
+// dx us at N = 32: density 1/4 (reuse 2.2) 55.6 vs 58.8 / 61.4 vs 59.1, 1/8 (reuse 1.5) 41.5 vs
+// 34.0 / 43.7 vs 33.8, 1/16 (reuse 1.24) 29.9 vs 29.1 / 31.2 vs 29.3: from reuse 2 (was 1.2).
 inline constexpr int64_t kStreamEvenGroupMinBytes = int64_t(16) << 20;
-inline double stream_even_group_min_reuse(int bs) { return bs == 8 ? 7.0 : (bs == 16 ? 1.2 : 3.0); }
+inline double stream_even_group_min_reuse(int bs) { return bs == 8 ? 7.0 : (bs == 16 ? 2.0 : 3.0); }
 inline int stream_even_group_env() { return env_switch("JBS_STREAM_EVEN_GROUP"); }
 
 // Scratch of the kernel: (groups, 2 * warps, row_tile * 128) fp32 pieces.

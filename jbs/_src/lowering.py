@@ -163,7 +163,7 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
 # stream_even_group_min_reuse, kStreamEvenGroupMinBytes, stream_even_group_max_warps) and the
 # kernel's kStreamEvenGroupMaxGroups.
 _STREAM_EVEN_GROUP_MAX_GROUPS = 1024
-_STREAM_EVEN_GROUP_MIN_REUSE = {8: 7.0, 16: 1.2, 32: 3.0}
+_STREAM_EVEN_GROUP_MIN_REUSE = {8: 7.0, 16: 2.0, 32: 3.0}
 _STREAM_EVEN_GROUP_MIN_BYTES = 16 << 20
 
 
@@ -172,7 +172,7 @@ def _stream_even_group_scratch_floats(groups: int, rows: int, itemsize: int, blo
     """float32 elements of the even-split group kernel's pieces, or 0 where the kernels would
     not take it (bsmm_launch.cuh use_stream_even_group): 16-bit types at bs 8, 16 and 32, at
     most 32 rows; by default with >= 16 MiB of weights whose union items carry enough blocks
-    each (reuse nnz / union items >= 1.2 at bs 16, >= 3 at bs 32, >= 7 at bs 8), at any with
+    each (reuse nnz / union items >= 2 at bs 16, >= 3 at bs 32, >= 7 at bs 8), at any with
     JBS_STREAM_EVEN_GROUP=1, never with =0."""
     setting = os.environ.get("JBS_STREAM_EVEN_GROUP", "")
     num_groups, union_items = group_offsets.shape[0] - 1, group_items.shape[0]
