@@ -35,7 +35,8 @@ __device__ __forceinline__ int swizzle_128b(int offset) { return offset ^ ((offs
 // or 24-float rows) that the fp32 small-N dw tiles had; a row's 16-byte writes stay whole and
 // distinct. (swizzle_128b's XOR with row % 8 would leave the 32-float reads 2-way conflicted:
 // rows k and k ^ 1 map a chunk pair onto itself.)
-__device__ __forceinline__ int swizzle_f32_kmajor(int row, int col, int row_floats = 32) {
+// row_floats: 16 or 32, the tile's width (its callers pass their row stride).
+__device__ __forceinline__ int swizzle_f32_kmajor(int row, int col, int row_floats) {
   const int pattern = row_floats == 32 ? (row & 3) << 1 : (row & 2);
   return row * row_floats + (((col >> 2) ^ pattern) << 2) + (col & 3);
 }
