@@ -257,7 +257,7 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
 # exist on sm_90 only, the even-split one for bs 16-64 and not for fp32 at HIGHEST, its group
 # variant for 16-bit types at bs 8, 16 and 32 up to 32 rows; elsewhere a case runs the fallback).
 # JBS_STREAM_EVEN_SWIZZLE=0: the even-split walk with row-major tiles instead of swizzled ones
-# (16-bit types; fp32 has only those).
+# (16-bit types and fp32 at bs 32; fp32 at other block sizes has only those).
 SMALL_N_SPLIT_ENV = ("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS", "JBS_STREAM_EVEN_GROUP",
                      "JBS_STREAM_EVEN_SWIZZLE")
 SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0", ""), "warp-specialized": ("0", "1", "0", "0", ""),
@@ -341,14 +341,15 @@ def test_warp_specialized_small_n_kernel_default_follows_memory_bandwidth(rng, m
 
 
 @pytest.mark.parametrize("dtype,bs,n", [(jnp.bfloat16, 32, 32), (jnp.bfloat16, 32, 7), (jnp.float16, 16, 20),
-                                        (jnp.bfloat16, 64, 40)])
+                                        (jnp.bfloat16, 64, 40), (jnp.float32, 32, 32), (jnp.float32, 32, 7),
+                                        (jnp.float32, 32, 13)])
 def test_even_split_walk_swizzled_tiles_equal_row_major_ones(rng, monkeypatch, dtype, bs, n):
-    """The even-split walk (bsmm_stream_even_kernel.cuh) with its tiles swizzled, the 16-bit
-    default (a tile-major copy of the activation, zero rows up to the row tile, and every tile
-    and weight block by a TMA copy with the 128-byte swizzle), gives the same bits as with
-    row-major tiles (JBS_STREAM_EVEN_SWIZZLE=0: the same items, warps and MMA order), fwd and
-    dx against float64, over a power-law layout with an empty row and column; the copy kernel
-    runs only in the swizzled walk."""
+    """The even-split walk (bsmm_stream_even_kernel.cuh) with its tiles swizzled (16-bit types,
+    and fp32 at bs 32: a tile-major copy of the activation, zero rows up to the row tile, and
+    every tile and weight block by a TMA copy with the 128-byte swizzle), gives the same bits
+    as with row-major tiles (JBS_STREAM_EVEN_SWIZZLE=0: the same items, warps and MMA order),
+    fwd and dx against float64, over a power-law layout with an empty row and column; the copy
+    kernel runs only in the swizzled walk."""
     from test_conv_gpu import kernel_names
     for name in SMALL_N_SPLIT_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -376,12 +377,15 @@ def test_even_split_walk_swizzled_tiles_equal_row_major_ones(rng, monkeypatch, d
 
 
 @pytest.mark.parametrize("dtype,bs,columns,density", [(jnp.bfloat16, 32, 32, 0.6), (jnp.bfloat16, 32, 128, 0.95),
-                                                      (jnp.float16, 16, 128, 0.6), (jnp.bfloat16, 8, 128, 0.6)])
+                                                      (jnp.float16, 16, 128, 0.6), (jnp.bfloat16, 8, 128, 0.6),
+                                                      (jnp.float32, 32, 32, 0.7)])
 def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, monkeypatch, dtype, bs,
                                                                          columns, density):
     """Without JBS_STREAM_EVEN(_GROUP), 16-bit weights of >= 24 MiB take the even-split kernel
     at bs 32 and its column-group variant at bs 8 / 16 (union items of ~4.8 / ~9.6 blocks here)
-    and at bs 32 where the union items carry >= 3 blocks (~3.8 at density 0.95); the pieces'
+    and at bs 32 where the union items carry >= 3 blocks (~3.8 at density 0.95); fp32 weights
+    of >= 48 MiB at bs 32 take the even-split kernel's swizzled walk (union items of ~2.8
+    blocks; on an H100 the warp-specialized kernel takes them, whatever the scratch); the pieces'
     scratch, row tile x `columns` floats, is in the compiled HLO. Power-law layout with an
     empty row and column, fwd and dx against float64, bit for bit on a repeat."""
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
@@ -389,7 +393,8 @@ def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, mo
     side = 4096 // bs  # >= 24 MiB of blocks: 12288 of 32 x 32, 49152 of 16 x 16
     layout = heavy_column_layout(rng, side, int(side * 1.5), density=density)
     bsmm = jbs.BlockSparseMatMul(layout, bs)
-    assert bsmm.nnz * bs * bs * 2 >= 24 << 20
+    min_bytes = (48 << 20) if dtype == jnp.float32 else (24 << 20)  # bsmm_launch.cuh use_stream_even
+    assert bsmm.nnz * bs * bs * jnp.dtype(dtype).itemsize >= min_bytes
     x = random_array(rng, (29, bsmm.shape[0]), dtype)
     w = random_array(rng, bsmm.w_shape, dtype)
     g = random_array(rng, (29, bsmm.shape[1]), dtype)

@@ -378,13 +378,14 @@ def test_small_n_scratch_sizes_the_warp_specialized_partials(monkeypatch, itemsi
 
 @pytest.mark.parametrize("itemsize,block_size,precision,setting,room", [
     (2, 32, 0, "1", True), (2, 32, 1, "1", True), (4, 64, 0, "1", True), (2, 16, 0, "1", True),
-    (4, 16, 1, "1", False), (2, 8, 0, "1", False), (2, 32, 0, "", False), (2, 32, 0, "0", False)])
+    (4, 16, 1, "1", False), (2, 8, 0, "1", False), (2, 32, 0, "", False), (2, 32, 0, "0", False),
+    (4, 32, 0, "1", True)])
 def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, block_size, precision,
                                                      setting, room):
     """Small N: the scratch rule of the even-split kernel (cuda/matmul/bsmm_stream_even_kernel.cuh):
     two pieces of row tile x bs fp32 per weight group and warp, for at most min(nnz, 1280)
-    warps, after (16-bit types) the swizzled walk's tile-major activation, row tile rows per
-    tile, 256-byte aligned; with JBS_STREAM_EVEN=1 at bs 16-64 (by default only with >= 24 MiB
+    warps, after (16-bit types, fp32 at bs 32) the swizzled walk's tile-major activation, row
+    tile rows per tile, 256-byte aligned; with JBS_STREAM_EVEN=1 at bs 16-64 (by default only with >= 24 MiB
     of weights, which 5000 blocks are not); never at bs 8, for fp32 at HIGHEST, at large N, or
     with =0."""
     monkeypatch.setenv("JBS_STREAM_EVEN", setting)
@@ -393,8 +394,8 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
     in_groups, in_cols = 3, 40 * block_size
     size = lambda rows, nnz: lowering._stream_even_scratch_floats(
         2, rows, itemsize, block_size, num_cols, nnz, precision, in_groups, in_cols)
-    tiled = lambda row_tile: (-(-in_groups * in_cols * row_tile * 2 // 256) * 256 // 4
-                              if itemsize == 2 else 0)
+    tiled = lambda row_tile: (-(-in_groups * in_cols * row_tile * itemsize // 256) * 256 // 4
+                              if itemsize == 2 or block_size == 32 else 0)
     assert size(29, 5000) == (tiled(32) + 2 * 2 * 1280 * 32 * block_size if room else 0)
     assert size(9, 300) == (tiled(16) + 2 * 2 * 300 * 16 * block_size if room else 0)
     assert size(65, 5000) == 0
@@ -406,17 +407,23 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
 
 @pytest.mark.parametrize("itemsize,block_size,nnz,room", [
     (2, 32, 12288, True), (2, 32, 12287, False), (2, 16, 49152, True), (2, 16, 49151, False),
-    (2, 64, 10**5, False), (4, 32, 10**5, False), (2, 8, 10**6, False)])
+    (2, 64, 10**5, False), (4, 32, 12288, True), (4, 32, 12287, False), (4, 16, 10**5, False),
+    (2, 8, 10**6, False)])
 def test_small_n_scratch_takes_the_even_split_kernel_by_default_with_enough_weights(
         monkeypatch, itemsize, block_size, nnz, room):
     """Without JBS_STREAM_EVEN the even-split kernel's scratch is reserved for 16-bit weights
     at bs 16 and 32 from 24 MiB on (bsmm_launch.cuh kStreamEvenMinBytes: 12288 bf16 blocks of
-    32 x 32, 49152 of 16 x 16), where it measured faster than the one-column kernel; bs 64 and
-    fp32 stay opt-in."""
+    32 x 32, 49152 of 16 x 16), and for fp32 at bs 32 from 48 MiB (12288 blocks) up to 32 rows
+    (a superset: the kernels leave density 1 to the warp-specialized kernel), where it
+    measured faster than the one-column kernel; bs 64 and fp32 at other sizes stay opt-in; with
+    JBS_STREAM_EVEN_SWIZZLE=0 fp32 keeps the one-column kernel."""
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
     monkeypatch.delenv("JBS_STREAM_EVEN_SWIZZLE", raising=False)
-    size = lowering._stream_even_scratch_floats(1, 32, itemsize, block_size, 384, nnz, 0, 1, 12288)
-    assert size == (12288 * 32 * itemsize // 4 + 2 * 1280 * 32 * block_size if room else 0)
+    size = lambda rows: lowering._stream_even_scratch_floats(1, rows, itemsize, block_size, 384, nnz, 0, 1, 12288)
+    assert size(32) == (12288 * 32 * itemsize // 4 + 2 * 1280 * 32 * block_size if room else 0)
+    assert size(33) == (12288 * 64 * itemsize // 4 + 2 * 1280 * 64 * block_size if room and itemsize == 2 else 0)
+    monkeypatch.setenv("JBS_STREAM_EVEN_SWIZZLE", "0")
+    assert size(32) == (2 * 1280 * 32 * block_size if room and itemsize == 2 else 0)
 
 
 def _group_tables(num_groups: int, items_per_group: int):

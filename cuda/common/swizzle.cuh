@@ -9,6 +9,28 @@
 
 namespace jbs {
 
+// How a tile's elements are placed in shared memory, as the readers of matmul/warp_mma.cuh
+// (A_SWIZZLE, B_SWIZZLE) and the writers that filled it agree: element (row, col) of a tile of
+// `ld`-element rows sits at
+enum TileSwizzle : int {
+  kTilePlain = 0,             // row * ld + col
+  kTileSwizzle128B = 1,       // byte offset swizzle_128b((row * ld + col) * sizeof(T)): TMA's
+                              // SWIZZLE_128B from a 1024-byte-aligned tile, or cp.async placed so
+  kTileSwizzleF32KMajor = 2,  // swizzle_f32_kmajor(row, col, ld): fp32 rows of 16 or 32 floats
+  kTileSwizzle128BHalves = 3,  // as kTileSwizzle128B, for column halves_column(col) of 32-column rows
+};
+
+// The column that an MMA's column `col` of a 32-column operand reads when its 8-column n-tiles
+// take 4 columns from each half of the row: n-tile t is columns 4t..4t+3 and 16+4t..16+4t+3.
+// Why: a tf32 fragment of a k-major tile (matmul/warp_mma.cuh: 4 k-rows x 8 columns a load) of
+// fp32 rows of 128 bytes under the 128-byte swizzle puts an n-tile of consecutive columns in 4
+// chunks of 16 bytes, 2 ways each; columns 16 apart are 4 chunks apart and fill all 8. The
+// accumulators' columns then come in the same order (an even col and col + 1 stay adjacent),
+// and whoever stores them maps them back through this function.
+__host__ __device__ __forceinline__ constexpr int halves_column(int col) {
+  return (col & 4) ? 16 + ((col >> 3) << 2) + (col & 3) : ((col >> 3) << 2) + (col & 3);
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kRowBytes-byte rows
 // that TMA wrote with the swizzle of its row width from a 1024-byte-aligned address:
 // the chunk index is XORed with address bits 7-9 (128-byte rows: row % 8) or 7-8

@@ -81,9 +81,10 @@ inline bool encode_tensor_map_16bit(CUtensorMap* map, const void* base, const ui
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A contiguous span of 16-bit data as `rows` rows of 128 bytes from base, in boxes of box_rows
-// rows, with the 128-byte swizzle: a box lands as common/swizzle.cuh's swizzle_128b places it
-// (the small-N walk's tile-major activation tiles and weight blocks).
+// A contiguous span as `rows` rows of 128 bytes from base, in boxes of box_rows rows, with the
+// 128-byte swizzle: a box lands as common/swizzle.cuh's swizzle_128b places it (the small-N
+// walk's tile-major activation tiles and weight blocks). The map's 16-bit elements only count
+// bytes: fp32 spans move unchanged.
 inline bool encode_swizzled_rows_map(CUtensorMap* map, const void* base, int64_t rows, int box_rows) {
   const uint64_t dims[5] = {64, static_cast<uint64_t>(rows), 1, 1, 1};
   const uint64_t span = 128 * static_cast<uint64_t>(rows);

@@ -759,22 +759,30 @@ cudaError_t launch_stream_ws_variant(const BsmmBlocksArgs& a, cudaStream_t strea
 // launch) lose (1/16: 17.7 vs 15.6); fp32 (no bulk copies) gained <= 7% fwd and
 // lost dx; bs 64 (4 warps per CTA) was not measured (benchmarks/NOTES.md,
 // session 12).
+// fp32 takes it with its swizzled tiles at bs 32 and N <= 32 from kStreamEvenMinBytesF32, where
+// the warp-specialized kernel does not (use_stream_ws: reuse >= 3 on an H200). On an H200 at
+// the seed shape, N = 32, against the one-column kernel (benchmarks/NOTES.md, session 62), us:
+// density 1/2 fwd 104.0 -> 101.5, dx 101.7 -> 95.3; 1/4 57.5 -> 56.5, 56.9 -> 54.0; 1/8 level;
+// 1/16 (37.7 MB) 21.6 -> 24.5, 22.5 -> 24.1 (the copy and the sum launch); density 1 fwd 176 ->
+// 205 against the warp-specialized kernel.
 inline constexpr int64_t kStreamEvenMinBytes = int64_t(24) << 20;
+inline constexpr int64_t kStreamEvenMinBytesF32 = int64_t(48) << 20;
 inline int stream_even_env() { return env_switch("JBS_STREAM_EVEN"); }
 
 // Whether the walk takes its tiles swizzled (bsmm_stream_even_kernel.cuh: SWIZZLED): 16-bit
-// types unless JBS_STREAM_EVEN_SWIZZLE=0 (read at every launch, and by the lowering).
+// types at any of its block sizes and fp32 at bs 32 (kStreamEvenSwizzleSupported), unless
+// JBS_STREAM_EVEN_SWIZZLE=0 (read at every launch, and by the lowering).
 inline int stream_even_swizzle_env() { return env_switch("JBS_STREAM_EVEN_SWIZZLE"); }
 template <typename T>
-bool stream_even_swizzled() {
-  return kIs16Bit<T> && stream_even_swizzle_env() != 0;
+bool stream_even_swizzled(int block_size) {
+  return (kIs16Bit<T> || block_size == 32) && stream_even_swizzle_env() != 0;
 }
 
 // Bytes of the swizzled walk's tile-major copy of `in` (row_tile rows per tile), at the
 // start of the scratch, 256-byte aligned; 0 for the other walk.
 template <typename T>
 int64_t stream_even_tiled_bytes(const BsmmBlocksArgs& a, int64_t row_tile) {
-  if (!stream_even_swizzled<T>()) return 0;
+  if (!stream_even_swizzled<T>(a.block_size)) return 0;
   return (input_groups(a) * a.in_cols * row_tile * int64_t(sizeof(T)) + 255) / 256 * 256;
 }
 
@@ -795,7 +803,14 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
       stream_even_max_warps<T>(a, stream_row_tile_host(a.rows)) < 1 || !device_is_sm90()) {
     return false;
   }
-  return env == 1 || (kIs16Bit<T> && BS <= 32 && a.nnz * BS * BS * int64_t(sizeof(T)) >= kStreamEvenMinBytes);
+  if (env == 1) return true;
+  const int64_t bytes = a.nnz * BS * BS * int64_t(sizeof(T));
+  if constexpr (kIs16Bit<T>) {
+    return BS <= 32 && bytes >= kStreamEvenMinBytes;
+  } else {
+    return BS == 32 && a.rows <= 32 && bytes >= kStreamEvenMinBytesF32 && stream_even_swizzled<T>(BS) &&
+           !use_stream_ws<T, BS>(a);
+  }
 }
 
 // Launches an even-split walk (one CTA per SM slot, no more warps than the
@@ -862,8 +877,8 @@ cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParam
   if (err != cudaSuccess) return err;
   return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps<T>(a, TN),
                                 bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true>,
-                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, /*early_sum=*/true, stream, tiled_bytes,
-                                /*walk_after=*/true);
+                                bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0, Cfg::kHalves>, /*early_sum=*/true, stream,
+                                tiled_bytes, /*walk_after=*/true);
 }
 
 template <typename T, int BS, bool TRANS, int TN>
@@ -874,8 +889,8 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
   fill_stream_operands(p, a);
   p.offsets = a.offsets;
   p.num_segments = static_cast<int>(a.out_cols / BS);
-  if constexpr (kIs16Bit<T>) {
-    if (stream_even_swizzled<T>()) {
+  if constexpr (kStreamEvenSwizzleSupported<T, BS>) {
+    if (stream_even_swizzled<T>(BS)) {
       bool launched = false;
       cudaError_t err = launch_stream_even_swizzled<T, BS, TRANS, TN>(a, p, stream, &launched);
       if (launched || err != cudaSuccess) return err;

@@ -35,11 +35,12 @@
 // The output columns' item offsets sit in shared memory (at most
 // kStreamEvenMaxCols columns), where each warp finds its first column.
 //
-// fp32 keeps 16-byte cp.async for its weights too: its tf32 fragments are read
-// as scalars, which the unpadded rows a bulk copy leaves would conflict on
-// 4-8 ways (the microbenchmark measured bulk copies within 2% there).
+// fp32 with row-major tiles keeps 16-byte cp.async for its weights too: its tf32
+// fragments are read as scalars, which the unpadded rows a bulk copy leaves would
+// conflict on 4-8 ways (the microbenchmark measured bulk copies within 2% there).
 //
-// SWIZZLED (16-bit types; the default there since session 42): the activation
+// SWIZZLED (16-bit types at bs 16-64, the default there since session 42; fp32 at
+// bs 32, whose 128-byte rows are the swizzle's, since session 62): the activation
 // tiles come from a tile-major copy of `in` (matmul/tile_major.cuh, rows padded
 // with zeros to TN), and both the tile and the weight block of an item come by
 // one TMA copy each, as rows of 128 bytes with the 128-byte swizzle
@@ -50,6 +51,13 @@
 // of its bytes, and the bulk-copied weight rows were read with 4-way bank
 // conflicts; the persistent walk ran 55.6 us at density 1/2 that way and 42.5 us
 // with both tiles swizzled (40.3 with no tiles at all), 17.3 -> 14.5 us at 1/8.
+// fp32's scalar tf32 reads of the swizzled rows: the activation tile's (rows = N) and
+// dx's weight block's (rows = output columns) hit 32 banks; fwd's k-major weight
+// fragments (4 k-rows x 8 columns a load) would hit 2 ways, which no TMA swizzle avoids,
+// so fwd's MMAs take their 8 columns from both halves of the block (common/swizzle.cuh:
+// halves_column), and the stores map the columns back (kHalves).
+// (Session 62, seed shape fp32 bs 32, density 1/2, against the one-column kernel: dx 101.7 ->
+// 95.3 us; fwd 103.1 -> 108.6 with the 2-way reads, 104.0 -> 101.5 with the columns in halves.)
 #pragma once
 
 #include <cstdint>
@@ -96,12 +104,21 @@ struct StreamEvenParams {
   CUtensorMap w_map;
 };
 
+// Whether the walk has a SWIZZLED variant for T at BS: 16-bit types at bs 16-64, fp32 at bs 32.
+template <typename T, int BS>
+inline constexpr bool kStreamEvenSwizzleSupported = kIs16Bit<T> ? BS >= 16 : BS == 32;
+
 template <typename T, int BS, bool TRANS, int TN, bool SWIZZLED = false>
 struct StreamEvenConfig {
   static_assert(TN == 16 || TN == 32 || TN == 64, "row tile");
   static constexpr bool k16 = kIs16Bit<T>;
-  static_assert(!SWIZZLED || (k16 && BS >= 16), "swizzled tiles: 16-bit types, blocks of 16 to 64");
-  static constexpr bool kBulkW = k16;
+  static_assert(!SWIZZLED || kStreamEvenSwizzleSupported<T, BS>, "swizzled tiles: 16-bit at bs 16-64, fp32 at bs 32");
+  static constexpr bool kBulkW = k16 || SWIZZLED;
+  // Where the swizzled stages' TMA copies put the elements, for warp_mma_step; fp32 fwd
+  // reads the weight block's columns in halves_column's order (kHalves: so do the stores).
+  static constexpr TileSwizzle kSwizzle = SWIZZLED ? kTileSwizzle128B : kTilePlain;
+  static constexpr bool kHalves = SWIZZLED && !k16 && !TRANS;
+  static constexpr TileSwizzle kSwizzleW = kHalves ? kTileSwizzle128BHalves : kSwizzle;
   static constexpr int kMT = TN / 16;
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
@@ -146,10 +163,12 @@ __device__ __forceinline__ int stream_even_owner(int64_t i, int64_t num_warps, i
 }
 
 // Writes a warp's accumulator fragments v (warp_mma.cuh layout, MT x 16 rows by
-// NT x 8 columns) as T to dst (row stride ld), rows < valid_rows.
-template <typename T, int MT, int NT>
+// NT x 8 columns; HALVES: columns in common/swizzle.cuh's halves_column order, NT = 4) as T
+// to dst (row stride ld), rows < valid_rows.
+template <typename T, int MT, int NT, bool HALVES = false>
 __device__ __forceinline__ void store_fragments(T* dst, int64_t ld, int valid_rows, const float (&v)[MT][NT][4],
                                                 int lane) {
+  static_assert(!HALVES || NT == 4, "column halves of 32-column blocks");
   const int gq = lane >> 2;
   const int tq = lane & 3;
 #pragma unroll
@@ -157,7 +176,7 @@ __device__ __forceinline__ void store_fragments(T* dst, int64_t ld, int valid_ro
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int r = mt * 16 + gq;
-      const int c = nt * 8 + 2 * tq;
+      const int c = HALVES ? halves_column(nt * 8 + 2 * tq) : nt * 8 + 2 * tq;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (r + 8 * h < valid_rows) {
@@ -305,7 +324,8 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
 
   T* const out = static_cast<T*>(p.out) + g * p.out_group_stride;
   auto store_column = [&](int o, const float (&v)[Cfg::kMT][Cfg::kNT][4]) {
-    store_fragments<T, Cfg::kMT, Cfg::kNT>(out + static_cast<int64_t>(o) * BS, p.out_cols, valid_rows, v, lane);
+    store_fragments<T, Cfg::kMT, Cfg::kNT, Cfg::kHalves>(out + static_cast<int64_t>(o) * BS, p.out_cols, valid_rows,
+                                                         v, lane);
   };
 
   // Columns without items: zeros, spread over every warp of the grid.
@@ -345,8 +365,8 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
 #pragma unroll
     for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
       warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/false, /*B_KMAJOR=*/!TRANS,
-                    /*M_HALF=*/false, PRECISE, SWIZZLED, SWIZZLED>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW, 0, k0,
-                                                                   lane);
+                    /*M_HALF=*/false, PRECISE, Cfg::kSwizzle, Cfg::kSwizzleW>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW,
+                                                                              0, k0, lane);
     }
     read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
@@ -394,8 +414,9 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
 // TN x BS floats each, in accumulator-fragment order. With CTA_WARPS > 0 the
 // walk kernel has already added the pieces of consecutive warps of one CTA
 // that end in the same segment into the first one's slot: the others are
-// skipped here.
-template <typename T, int BS, int TN, int P, int CTA_WARPS>
+// skipped here. HALVES: the pieces' columns are in halves_column order (StreamEvenConfig's
+// kHalves).
+template <typename T, int BS, int TN, int P, int CTA_WARPS, bool HALVES = false>
 __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamEvenParams p) {
   constexpr int kMT = TN / 16;
   constexpr int kNT = BS / 8;
@@ -459,8 +480,8 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
       }
     }
   }
-  store_fragments<T, kMT, kNT>(static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(c) * BS,
-                               p.out_cols, static_cast<int>(p.rows), sum, lane);
+  store_fragments<T, kMT, kNT, HALVES>(static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(c) * BS,
+                                       p.out_cols, static_cast<int>(p.rows), sum, lane);
 }
 
 }  // namespace jbs

@@ -348,6 +348,8 @@ struct DwStreamConfig {
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = k16 ? 16 : 8;
   static constexpr int kLd = SWIZZLED ? BS : BS == 8 ? 8 : BS + 8;  // k-major reads of both operands
+  // Where load_tile_async's SWIZZLED puts the tiles' elements, for warp_mma_step.
+  static constexpr TileSwizzle kSwizzle = !SWIZZLED ? kTilePlain : (k16 ? kTileSwizzle128B : kTileSwizzleF32KMajor);
   static constexpr int kTileElems = TN * kLd;
   // Stage s holds x region s (the x tile of some recent run, see the kernel) and
   // the dy tile of the item in flight in stage s.
@@ -460,7 +462,8 @@ __global__ void __launch_bounds__(DwStreamConfig<T, BS, TN, BIG, STAGED, SWIZZLE
 #pragma unroll
     for (int k0 = 0; k0 < TN; k0 += Cfg::kKStep) {
       warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/true, /*B_KMAJOR=*/true,
-                    Cfg::kMHalf, PRECISE, SWIZZLED, SWIZZLED>(acc, xs, Cfg::kLd, 0, ds, Cfg::kLd, 0, k0, lane);
+                    Cfg::kMHalf, PRECISE, Cfg::kSwizzle, Cfg::kSwizzle>(acc, xs, Cfg::kLd, 0, ds, Cfg::kLd, 0, k0,
+                                                                        lane);
     }
     T* const out = dw + (first + t) * (BS * BS);
     if constexpr (STAGED) {

@@ -15,13 +15,14 @@
 // 16-bit types load fragments with ldmatrix (.trans handles the k-major cases);
 // fp32 loads scalars and rounds to tf32, optionally with the 3xTF32 split
 // (PRECISE) for fp32-level accuracy. Callers pick row strides that make these
-// shared-memory reads bank-conflict free (see the tile configs), or (16-bit k16:
-// A_SWIZZLED, B_SWIZZLED) hand over a tile that TMA copied as rows of 128 bytes with
-// the 128-byte swizzle (common/swizzle.cuh: swizzle_128b) into a 1024-byte-aligned
-// address, or that cp.async placed the same way (matmul/tile_io.cuh: load_tile_async's
-// SWIZZLED), its own rows unpadded (lda / ldb = the tile's width). fp32 k-major operands
-// (A_KMAJOR A, B_KMAJOR B) may instead be SWIZZLED as common/swizzle.cuh's swizzle_f32_kmajor
-// places 16- or 32-float rows (lda / ldb = 16 or 32).
+// shared-memory reads bank-conflict free (see the tile configs), or hand over a tile
+// whose unpadded rows (lda / ldb = the tile's width) are placed as A_SWIZZLE / B_SWIZZLE
+// says (common/swizzle.cuh: TileSwizzle): kTileSwizzle128B for a tile that TMA copied as
+// rows of 128 bytes with the 128-byte swizzle into a 1024-byte-aligned address, or that
+// cp.async placed the same way (matmul/tile_io.cuh: load_tile_async's SWIZZLED);
+// kTileSwizzleF32KMajor for fp32 rows of 16 or 32 floats placed by swizzle_f32_kmajor;
+// kTileSwizzle128BHalves (fp32 B of 32 columns) reads a kTileSwizzle128B tile's columns in
+// halves_column's order, and the caller stores the accumulators' columns in that order.
 #pragma once
 
 #include "common/ptx.cuh"
@@ -29,14 +30,20 @@
 
 namespace jbs {
 
-// Element `elems` of a shared tile, stored plainly or (SWIZZLED) as swizzle_128b puts it.
-template <bool SWIZZLED, typename T>
-__device__ __forceinline__ const T* tile_at(const T* tile, int elems) {
-  if constexpr (SWIZZLED) {
+// Element (row, col) of a shared tile of ld-element rows placed as SWIZZLE says.
+template <TileSwizzle SWIZZLE, typename T>
+__device__ __forceinline__ const T* tile_at(const T* tile, int row, int col, int ld) {
+  if constexpr (SWIZZLE == kTileSwizzle128B) {
     return reinterpret_cast<const T*>(reinterpret_cast<const char*>(tile) +
-                                      swizzle_128b(elems * static_cast<int>(sizeof(T))));
+                                      swizzle_128b((row * ld + col) * static_cast<int>(sizeof(T))));
+  } else if constexpr (SWIZZLE == kTileSwizzle128BHalves) {
+    return reinterpret_cast<const T*>(reinterpret_cast<const char*>(tile) +
+                                      swizzle_128b((row * ld + halves_column(col)) * static_cast<int>(sizeof(T))));
+  } else if constexpr (SWIZZLE == kTileSwizzleF32KMajor) {
+    static_assert(sizeof(T) == 4, "swizzle_f32_kmajor places fp32 rows");
+    return tile + swizzle_f32_kmajor(row, col, ld);
   } else {
-    return tile + elems;
+    return tile + row * ld + col;
   }
 }
 
@@ -55,16 +62,17 @@ __device__ __forceinline__ void tf32_parts(float v, uint32_t& big, uint32_t& sma
 // A fragments already in registers (16-bit k16: the m16n8k16 layout, as ldsm_x4 of
 // a row-major tile gives it; fp32: tf32 values, a_small the low parts when PRECISE).
 // warp_mma_step loads A in whichever layout its caller stores and ends here.
-template <typename T, int MT, int NT, int KSTEP, bool B_KMAJOR, bool PRECISE, bool B_SWIZZLED = false>
+template <typename T, int MT, int NT, int KSTEP, bool B_KMAJOR, bool PRECISE, TileSwizzle B_SWIZZLE = kTilePlain>
 __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
                                              const uint32_t (&a_small)[MT][4], const T* Bs, int ldb,
                                              int n0, int k0, int lane) {
   if constexpr (kIs16Bit<T>) {
     static_assert(KSTEP == 16, "16-bit fragments in registers are k16");
+    static_assert(B_SWIZZLE == kTilePlain || B_SWIZZLE == kTileSwizzle128B, "16-bit tiles: plain or 128-byte swizzle");
     const int r = lane & 7;
     const int i = lane >> 3;
     // B(row, col) of the block as stored, col a multiple of 8.
-    auto b_at = [&](int row, int col) -> const T* { return tile_at<B_SWIZZLED>(Bs, row * ldb + col); };
+    auto b_at = [&](int row, int col) -> const T* { return tile_at<B_SWIZZLE>(Bs, row, col, ldb); };
     if constexpr (NT == 1) {
       uint32_t b[2];
       if constexpr (B_KMAJOR) {
@@ -95,15 +103,10 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
-    static_assert(!B_SWIZZLED || B_KMAJOR, "tf32 B fragments: swizzled k-major rows only");
     const int gq = lane >> 2;
     const int tq = lane & 3;
     auto load_b = [&](int k, int n) -> float {
-      if constexpr (B_SWIZZLED) {
-        return Bs[swizzle_f32_kmajor(k, n, ldb)];
-      } else {
-        return B_KMAJOR ? Bs[k * ldb + n] : Bs[n * ldb + k];
-      }
+      return B_KMAJOR ? *tile_at<B_SWIZZLE>(Bs, k, n, ldb) : *tile_at<B_SWIZZLE>(Bs, n, k, ldb);
     };
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -128,28 +131,28 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
 
 // A fragments of rows m0 .. m0+16*MT of a row-major A (A(m, k) = As[m * lda + k]) for
 // the k-step at k0, in the layout mma_loaded_a takes (16-bit: k16 only).
-template <typename T, int MT, int KSTEP, bool PRECISE, bool A_SWIZZLED = false>
+template <typename T, int MT, int KSTEP, bool PRECISE, TileSwizzle A_SWIZZLE = kTilePlain>
 __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_small)[MT][4],
                                             const T* As, int lda, int m0, int k0, int lane) {
   if constexpr (kIs16Bit<T>) {
     static_assert(KSTEP == 16, "16-bit fragments in registers are k16");
+    static_assert(A_SWIZZLE == kTilePlain || A_SWIZZLE == kTileSwizzle128B, "16-bit tiles: plain or 128-byte swizzle");
     const int r = lane & 7;
     const int i = lane >> 3;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       // matrices: (rows +0, k +0) (rows +8, k +0) (rows +0, k +8) (rows +8, k +8)
-      ldsm_x4(a[mt], tile_at<A_SWIZZLED>(As, (m0 + mt * 16 + (i & 1) * 8 + r) * lda + k0 + (i >> 1) * 8));
+      ldsm_x4(a[mt], tile_at<A_SWIZZLE>(As, m0 + mt * 16 + (i & 1) * 8 + r, k0 + (i >> 1) * 8, lda));
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
-    static_assert(!A_SWIZZLED, "tf32 A fragments are read from unswizzled rows");
     const int gq = lane >> 2;
     const int tq = lane & 3;
+    auto at = [&](int m, int k) -> float { return *tile_at<A_SWIZZLE>(As, m, k, lda); };
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int m = m0 + mt * 16 + gq;
-      const float v[4] = {As[m * lda + k0 + tq], As[(m + 8) * lda + k0 + tq],
-                          As[m * lda + k0 + tq + 4], As[(m + 8) * lda + k0 + tq + 4]};
+      const float v[4] = {at(m, k0 + tq), at(m + 8, k0 + tq), at(m, k0 + tq + 4), at(m + 8, k0 + tq + 4)};
 #pragma unroll
       for (int e = 0; e < 4; ++e) tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
     }
@@ -157,7 +160,7 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_s
 }
 
 template <typename T, int MT, int NT, int KSTEP, bool A_KMAJOR, bool B_KMAJOR, bool M_HALF,
-          bool PRECISE, bool A_SWIZZLED = false, bool B_SWIZZLED = false>
+          bool PRECISE, TileSwizzle A_SWIZZLE = kTilePlain, TileSwizzle B_SWIZZLE = kTilePlain>
 __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* As, int lda, int m0,
                                               const T* Bs, int ldb, int n0, int k0, int lane) {
   static_assert(!M_HALF || MT == 1, "M_HALF means a single, half-used 16-row tile");
@@ -169,9 +172,11 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
     const int i = lane >> 3;
     if constexpr (KSTEP == 16) {
       if constexpr (!A_KMAJOR) {
-        load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLED>(a, a_small, As, lda, m0, k0, lane);
+        load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLE>(a, a_small, As, lda, m0, k0, lane);
       } else {
-        static_assert(!A_SWIZZLED || !M_HALF, "swizzled k-major A tiles: whole 16-row tiles");
+        static_assert(A_SWIZZLE == kTilePlain || !M_HALF, "swizzled k-major A tiles: whole 16-row tiles");
+        static_assert(A_SWIZZLE == kTilePlain || A_SWIZZLE == kTileSwizzle128B,
+                      "16-bit tiles: plain or 128-byte swizzle");
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const int mb = m0 + mt * 16;
@@ -185,15 +190,17 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
             a[mt][3] = 0u;
           } else {
             // stored rows are k: matrix i at (k + 8*(i>>1), m + 8*(i&1)), transposed.
-            ldsm_x4_t(a[mt], tile_at<A_SWIZZLED>(As, (k0 + (i >> 1) * 8 + r) * lda + mb + (i & 1) * 8));
+            ldsm_x4_t(a[mt], tile_at<A_SWIZZLE>(As, k0 + (i >> 1) * 8 + r, mb + (i & 1) * 8, lda));
           }
         }
       }
-      mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE, B_SWIZZLED>(acc, a, a_small, Bs, ldb, n0, k0, lane);
+      mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE, B_SWIZZLE>(acc, a, a_small, Bs, ldb, n0, k0, lane);
     } else {
       // k8 variant: only fwd/dx with 8x8 blocks, where the whole block is one
       // k-step and one n-tile.
-      static_assert(KSTEP == 8 && !A_KMAJOR && !M_HALF && NT == 1 && !A_SWIZZLED && !B_SWIZZLED, "unsupported 16-bit k8 use");
+      static_assert(KSTEP == 8 && !A_KMAJOR && !M_HALF && NT == 1 && A_SWIZZLE == kTilePlain &&
+                        B_SWIZZLE == kTilePlain,
+                    "unsupported 16-bit k8 use");
       uint32_t a2[MT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -211,17 +218,12 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
     if constexpr (!A_KMAJOR && !M_HALF) {
-      load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLED>(a, a_small, As, lda, m0, k0, lane);
+      load_a_rows<T, MT, KSTEP, PRECISE, A_SWIZZLE>(a, a_small, As, lda, m0, k0, lane);
     } else {
-      static_assert(!A_SWIZZLED || A_KMAJOR, "tf32 A fragments: swizzled k-major rows only");
       const int gq = lane >> 2;
       const int tq = lane & 3;
       auto load_a = [&](int m, int k) -> float {
-        if constexpr (A_SWIZZLED) {
-          return As[swizzle_f32_kmajor(k, m, lda)];
-        } else {
-          return A_KMAJOR ? As[k * lda + m] : As[m * lda + k];
-        }
+        return A_KMAJOR ? *tile_at<A_SWIZZLE>(As, k, m, lda) : *tile_at<A_SWIZZLE>(As, m, k, lda);
       };
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -235,7 +237,7 @@ __device__ __forceinline__ void warp_mma_step(float (&acc)[MT][NT][4], const T* 
         for (int e = 0; e < 4; ++e) tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
       }
     }
-    mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE, B_SWIZZLED>(acc, a, a_small, Bs, ldb, n0, k0, lane);
+    mma_loaded_a<T, MT, NT, KSTEP, B_KMAJOR, PRECISE, B_SWIZZLE>(acc, a, a_small, Bs, ldb, n0, k0, lane);
   }
 }
 

@@ -125,13 +125,15 @@ def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size:
 
 # Small-N path on sm_90 that cuts all items evenly over the warps and copies weight blocks in
 # bulk (cuda/matmul/bsmm_stream_even_kernel.cuh): two fp32 pieces per warp, after (16-bit
-# types, unless JBS_STREAM_EVEN_SWIZZLE=0) a tile-major copy of the activation whose tiles
-# have row-tile rows. Keep in sync with bsmm_launch.cuh (use_stream_even, kStreamEvenMinBytes,
-# stream_even_max_warps, stream_even_tiled_bytes) and the kernel's kStreamEvenMaxCols. The
-# launcher uses at most 8 warps per SM and no more than this scratch has room for.
+# types and fp32 at bs 32, unless JBS_STREAM_EVEN_SWIZZLE=0) a tile-major copy of the
+# activation whose tiles have row-tile rows. Keep in sync with bsmm_launch.cuh (use_stream_even,
+# kStreamEvenMinBytes, kStreamEvenMinBytesF32, stream_even_max_warps, stream_even_tiled_bytes)
+# and the kernel's kStreamEvenMaxCols. The launcher uses at most 8 warps per SM and no more than
+# this scratch has room for.
 _STREAM_EVEN_MAX_COLS = 4096
 _STREAM_EVEN_RESERVED_WARPS = 8 * 160
 _STREAM_EVEN_MIN_BYTES = 24 << 20
+_STREAM_EVEN_MIN_BYTES_F32 = 48 << 20
 
 
 def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
@@ -139,20 +141,25 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
                                 in_cols: int) -> int:
     """float32 elements of the even-split small-N kernel's tiled activation (``in_groups`` of
     ``in_cols`` columns) and pieces, or 0 where the kernels would not take it (bsmm_launch.cuh
-    use_stream_even): by default 16-bit types at bs 16 and 32 with at least 24 MiB of weights;
+    use_stream_even): by default 16-bit types at bs 16 and 32 with at least 24 MiB of weights,
+    fp32 at bs 32 and up to 32 rows from 48 MiB (its swizzled walk only);
     any bs of 16-64 with JBS_STREAM_EVEN=1; never with =0, for fp32 at HIGHEST, at large N or
     with too many output columns. Sized for the row tile of the global rows, at least each
     device's."""
     setting = os.environ.get("JBS_STREAM_EVEN", "")
-    default = (itemsize == 2 and block_size in (16, 32)
-               and nnz * block_size**2 * itemsize >= _STREAM_EVEN_MIN_BYTES)
+    swizzled = (itemsize == 2 or block_size == 32) and os.environ.get("JBS_STREAM_EVEN_SWIZZLE", "") != "0"
+    weight_bytes = nnz * block_size**2 * itemsize
+    if itemsize == 2:
+        default = block_size in (16, 32) and weight_bytes >= _STREAM_EVEN_MIN_BYTES
+    else:  # (a superset: the kernels leave fp32 to the warp-specialized kernel where it applies)
+        default = block_size == 32 and rows <= 32 and swizzled and weight_bytes >= _STREAM_EVEN_MIN_BYTES_F32
     if (setting == "0" or (setting != "1" and not default) or rows > _STREAM_MAX_ROWS
             or block_size < 16 or nnz == 0 or num_cols > _STREAM_EVEN_MAX_COLS
             or (itemsize == 4 and precision == precision_lib.HIGHEST)):
         return 0
     row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
     tiled_bytes = 0
-    if itemsize == 2 and os.environ.get("JBS_STREAM_EVEN_SWIZZLE", "") != "0":
+    if swizzled:
         tiled_bytes = -(-in_groups * in_cols * row_tile * itemsize // 256) * 256
     return tiled_bytes // 4 + groups * 2 * min(nnz, _STREAM_EVEN_RESERVED_WARPS) * row_tile * block_size
 
