@@ -873,7 +873,7 @@ cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParam
   p.w_group_rows = static_cast<int>(w_group_rows);
   *launched = true;
   cudaError_t err = launch_tile_major<T>(static_cast<const T*>(a.in), tiled, input_groups(a), a.rows, a.in_cols, BS,
-                                         a.num_sms, stream, TN);
+                                         a.num_sms, stream, TN, /*round_tf32=*/Cfg::kTf32Tiles);
   if (err != cudaSuccess) return err;
   return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps<T>(a, TN),
                                 bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true>,

@@ -119,6 +119,8 @@ struct StreamEvenConfig {
   static constexpr TileSwizzle kSwizzle = SWIZZLED ? kTileSwizzle128B : kTilePlain;
   static constexpr bool kHalves = SWIZZLED && !k16 && !TRANS;
   static constexpr TileSwizzle kSwizzleW = kHalves ? kTileSwizzle128BHalves : kSwizzle;
+  // fp32's swizzled tiles come rounded to tf32 from the tile-major copy (matmul/tile_major.cuh).
+  static constexpr bool kTf32Tiles = SWIZZLED && !k16;
   static constexpr int kMT = TN / 16;
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
@@ -364,9 +366,11 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
     const T* ws = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kWOffsetBytes);
 #pragma unroll
     for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
-      warp_mma_step<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*A_KMAJOR=*/false, /*B_KMAJOR=*/!TRANS,
-                    /*M_HALF=*/false, PRECISE, Cfg::kSwizzle, Cfg::kSwizzleW>(acc, xs, Cfg::kLdX, 0, ws, Cfg::kLdW,
-                                                                              0, k0, lane);
+      uint32_t a[Cfg::kMT][4], a_small[Cfg::kMT][4];
+      load_a_rows<T, Cfg::kMT, Cfg::kKStep, PRECISE, Cfg::kSwizzle, Cfg::kTf32Tiles>(a, a_small, xs, Cfg::kLdX, 0, k0,
+                                                                                     lane);
+      mma_loaded_a<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*B_KMAJOR=*/!TRANS, PRECISE, Cfg::kSwizzleW>(
+          acc, a, a_small, ws, Cfg::kLdW, 0, k0, lane);
     }
     read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == S ? 0 : write_stage + 1;

@@ -130,8 +130,9 @@ __device__ __forceinline__ void mma_loaded_a(float (&acc)[MT][NT][4], const uint
 }
 
 // A fragments of rows m0 .. m0+16*MT of a row-major A (A(m, k) = As[m * lda + k]) for
-// the k-step at k0, in the layout mma_loaded_a takes (16-bit: k16 only).
-template <typename T, int MT, int KSTEP, bool PRECISE, TileSwizzle A_SWIZZLE = kTilePlain>
+// the k-step at k0, in the layout mma_loaded_a takes (16-bit: k16 only). A_TF32 (fp32): A's
+// values are tf32 already (their producer rounded them), and their bits go to the MMA as they are.
+template <typename T, int MT, int KSTEP, bool PRECISE, TileSwizzle A_SWIZZLE = kTilePlain, bool A_TF32 = false>
 __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_small)[MT][4],
                                             const T* As, int lda, int m0, int k0, int lane) {
   if constexpr (kIs16Bit<T>) {
@@ -146,6 +147,7 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_s
     }
   } else {
     static_assert(KSTEP == 8, "tf32 MMAs are k8");
+    static_assert(!A_TF32 || !PRECISE, "tf32 A values have no small parts");
     const int gq = lane >> 2;
     const int tq = lane & 3;
     auto at = [&](int m, int k) -> float { return *tile_at<A_SWIZZLE>(As, m, k, lda); };
@@ -154,7 +156,14 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[MT][4], uint32_t (&a_s
       const int m = m0 + mt * 16 + gq;
       const float v[4] = {at(m, k0 + tq), at(m + 8, k0 + tq), at(m, k0 + tq + 4), at(m + 8, k0 + tq + 4)};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (A_TF32) {
+          a[mt][e] = __float_as_uint(v[e]);
+          a_small[mt][e] = 0u;
+        } else {
+          tf32_parts<PRECISE>(v[e], a[mt][e], a_small[mt][e]);
+        }
+      }
     }
   }
 }
