@@ -31,6 +31,19 @@ __host__ __device__ __forceinline__ constexpr int halves_column(int col) {
   return (col & 4) ? 16 + ((col >> 3) << 2) + (col & 3) : ((col >> 3) << 2) + (col & 3);
 }
 
+// halves_column is a permutation of 0..31 that keeps each even column's odd neighbour next to it
+// (an accumulator fragment's two columns are stored as a pair).
+constexpr bool halves_column_keeps_pairs() {
+  bool seen[32] = {};
+  for (int col = 0; col < 32; ++col) {
+    const int to = halves_column(col);
+    if (to < 0 || to >= 32 || seen[to] || ((col & 1) && to != halves_column(col - 1) + 1)) return false;
+    seen[to] = true;
+  }
+  return true;
+}
+static_assert(halves_column_keeps_pairs(), "halves_column: a permutation of 32 columns, pairs kept");
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kRowBytes-byte rows
 // that TMA wrote with the swizzle of its row width from a 1024-byte-aligned address:
 // the chunk index is XORed with address bits 7-9 (128-byte rows: row % 8) or 7-8
