@@ -1,12 +1,12 @@
 // Small-N fwd / dx (N <= kStreamMaxRows, sm_90): every warp streams an equal
 // share of all the op's items, and the weight blocks come by TMA bulk copies.
 //
-// Taken by default for 16-bit weights of >= 24 MiB at bs 16 / 32, forced by
-// JBS_STREAM_EVEN=1 (bsmm_launch.cuh: use_stream_even). In session 11 it
-// measured slower than the one-column kernel under jbs-bench, though ~1.2x
-// faster in microbench/seed_stream.cu: its stages started at 80 mod 128 bytes
-// in jbs's build, and the bulk copies into them cost ~1.6x the L2 requests
-// (common/smem.cuh; benchmarks/NOTES.md, session 12).
+// Taken by default for 16-bit weights of >= 24 MiB at bs 16 / 32 and for fp32 weights
+// of >= 48 MiB at bs 32 and N <= 32, forced by JBS_STREAM_EVEN=1 (bsmm_launch.cuh:
+// use_stream_even). In session 11 it measured slower than the one-column kernel
+// under jbs-bench, though ~1.2x faster in microbench/seed_stream.cu: its stages
+// started at 80 mod 128 bytes in jbs's build, and the bulk copies into them cost
+// ~1.6x the L2 requests (common/smem.cuh; benchmarks/NOTES.md, session 12).
 //
 // Why it was built (benchmarks/NOTES.md, session 11, microbench/seed_stream.cu): at the seed
 // shape the one-column stream kernel (bsmm_stream_kernel.cuh) is bound neither
@@ -114,8 +114,9 @@ struct StreamEvenConfig {
   static constexpr bool k16 = kIs16Bit<T>;
   static_assert(!SWIZZLED || kStreamEvenSwizzleSupported<T, BS>, "swizzled tiles: 16-bit at bs 16-64, fp32 at bs 32");
   static constexpr bool kBulkW = k16 || SWIZZLED;
-  // Where the swizzled stages' TMA copies put the elements, for warp_mma_step; fp32 fwd
-  // reads the weight block's columns in halves_column's order (kHalves: so do the stores).
+  // Where the swizzled stages' TMA copies put the elements, for warp_mma.cuh's fragment
+  // loads; fp32 fwd reads the weight block's columns in halves_column's order (kHalves: so do
+  // the stores).
   static constexpr TileSwizzle kSwizzle = SWIZZLED ? kTileSwizzle128B : kTilePlain;
   static constexpr bool kHalves = SWIZZLED && !k16 && !TRANS;
   static constexpr TileSwizzle kSwizzleW = kHalves ? kTileSwizzle128BHalves : kSwizzle;
