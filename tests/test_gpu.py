@@ -258,11 +258,14 @@ def test_small_n_tile_major_activation(rng, monkeypatch, stacked, bs, dtype):
 # variant for 16-bit types at bs 8, 16 and 32 up to 32 rows; elsewhere a case runs the fallback).
 # JBS_STREAM_EVEN_SWIZZLE=0: the even-split walk with row-major tiles instead of swizzled ones
 # (16-bit types and fp32 at bs 32; fp32 at other block sizes has only those).
+# JBS_STREAM_EVEN_DIRECT_TILES=1 / 0: the swizzled 16-bit walk's tiles straight from the
+# activation by TMA instead of from a tile-major copy.
 SMALL_N_SPLIT_ENV = ("JBS_STREAM_EVEN", "JBS_STREAM_WS", "JBS_STREAM_GROUPS", "JBS_STREAM_EVEN_GROUP",
-                     "JBS_STREAM_EVEN_SWIZZLE")
-SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0", ""), "warp-specialized": ("0", "1", "0", "0", ""),
-                       "even-split": ("1", "0", "0", "0", ""), "even-split-groups": ("0", "0", "0", "1", ""),
-                       "even-split-row-major": ("1", "0", "0", "0", "0")}
+                     "JBS_STREAM_EVEN_SWIZZLE", "JBS_STREAM_EVEN_DIRECT_TILES")
+SMALL_N_SPLIT_PATHS = {"barriers": ("0", "0", "1", "0", "", ""), "warp-specialized": ("0", "1", "0", "0", "", ""),
+                       "even-split": ("1", "0", "0", "0", "", "0"), "even-split-groups": ("0", "0", "0", "1", "", ""),
+                       "even-split-row-major": ("1", "0", "0", "0", "0", ""),
+                       "even-split-direct-tiles": ("1", "0", "0", "0", "", "1")}
 
 
 @pytest.mark.parametrize("path", sorted(SMALL_N_SPLIT_PATHS))
@@ -349,7 +352,8 @@ def test_even_split_walk_swizzled_tiles_equal_row_major_ones(rng, monkeypatch, d
     every tile and weight block by a TMA copy with the 128-byte swizzle), gives the same bits
     as with row-major tiles (JBS_STREAM_EVEN_SWIZZLE=0: the same items, warps and MMA order),
     fwd and dx against float64, over a power-law layout with an empty row and column; the copy
-    kernel runs only in the swizzled walk."""
+    kernel runs only in the swizzled walk. 16-bit types also with their tiles straight from the
+    activation (JBS_STREAM_EVEN_DIRECT_TILES=1: TMA boxes of the tile's own rows, no copy)."""
     from test_conv_gpu import kernel_names
     for name in SMALL_N_SPLIT_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -360,14 +364,22 @@ def test_even_split_walk_swizzled_tiles_equal_row_major_ones(rng, monkeypatch, d
     w = random_array(rng, bsmm.w_shape, dtype)
     g = random_array(rng, (n, bsmm.shape[1]), dtype)
     results, names = {}, {}
-    for setting in ("", "0"):
-        monkeypatch.setenv("JBS_STREAM_EVEN_SWIZZLE", setting)
+    direct = jnp.dtype(dtype).itemsize == 2
+    for setting in ("", "0") + (("direct",) if direct else ()):
+        monkeypatch.setenv("JBS_STREAM_EVEN_SWIZZLE", "" if setting == "direct" else setting)
+        monkeypatch.setenv("JBS_STREAM_EVEN_DIRECT_TILES", "1" if setting == "direct" else "0")
+        # (a new function each time: jit's cache would replay the first setting's kernels)
         run = jax.jit(lambda x, w, g: (bsmm(x, w), jax.vjp(bsmm, x, w)[1](g)[0]))
         names[setting] = kernel_names(run, x, w, g)
         results[setting] = [np.asarray(r) for r in run(x, w, g)]
     assert any("bsmm_stream_even_kernel" in name for name in names[""]), names[""]
     assert any("tile_major_kernel" in name for name in names[""]), names[""]
     assert not any("tile_major_kernel" in name for name in names["0"]), names["0"]
+    if direct:
+        assert any("bsmm_stream_even_kernel" in name for name in names["direct"]), names["direct"]
+        assert not any("tile_major_kernel" in name for name in names["direct"]), names["direct"]
+        np.testing.assert_array_equal(results["direct"][0], results["0"][0])
+        np.testing.assert_array_equal(results["direct"][1], results["0"][1])
     W = dense_f64(bsmm, w)
     y, dx = results[""]
     assert rel_error(y, f64(x) @ W) < tolerance(dtype)
@@ -410,7 +422,7 @@ def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, mo
     assert np.array_equal(np.asarray(y2), np.asarray(y)) and np.array_equal(np.asarray(dx2), np.asarray(dx))
 
 
-@pytest.mark.parametrize("path", ["warp-specialized", "even-split", "even-split-groups"])
+@pytest.mark.parametrize("path", ["warp-specialized", "even-split", "even-split-groups", "even-split-direct-tiles"])
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [3, 32])

@@ -63,6 +63,20 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "r"(smem_u32(p)));
 }
 
+// The same from a shared-memory address already in the state space (common/../matmul/
+// swizzled_fragments.cuh keeps its fragment offsets as such).
+__device__ __forceinline__ void ldsm_x4_shared(uint32_t (&r)[4], uint32_t shared_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address));
+}
+
+__device__ __forceinline__ void ldsm_x4_t_shared(uint32_t (&r)[4], uint32_t shared_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address));
+}
+
 // The store counterpart (sm_90): lane l gives the row addresses as for ldsm_x4, and
 // register j holds matrix j in the fragment layout above; .trans stores each
 // matrix transposed (register row r, column c to memory row c, column r).

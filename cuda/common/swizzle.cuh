@@ -63,6 +63,17 @@ __device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
 // ldmatrix reads it, either way round, without conflicts.
 __device__ __forceinline__ int swizzle_128b(int offset) { return offset ^ ((offset >> 3) & 0x70); }
 
+// Where byte `offset` of a tile of ROW_BYTES-byte rows (32, 64 or 128) lands when TMA writes
+// it with the swizzle of that width (CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B) to an address
+// aligned to the swizzle's span (256, 512 or 1024 bytes): the 16-byte chunk index is XORed with
+// offset bits 7 and up, 1, 2 or 3 of them. swizzle_rows<128> is swizzle_128b. Any 8
+// consecutive rows' same chunk then sits in 8 different bank groups, for every width.
+template <int ROW_BYTES>
+__host__ __device__ __forceinline__ constexpr int swizzle_rows(int offset) {
+  static_assert(ROW_BYTES == 32 || ROW_BYTES == 64 || ROW_BYTES == 128, "TMA swizzles rows of 32, 64 or 128 bytes");
+  return offset ^ ((offset >> 3) & ((ROW_BYTES / 16 - 1) << 4));
+}
+
 // Element offset of (row, col) in a tile of 32-float (128-byte) rows whose 16-byte chunks are
 // XORed with 2 (row % 4), or of 16-float (64-byte) rows, two a line, whose chunks are XORed with
 // row & 2. Why: a tf32 fragment read of a k-major tile (common/../matmul/warp_mma.cuh: 8 m's x

@@ -93,4 +93,29 @@ inline bool encode_swizzled_rows_map(CUtensorMap* map, const void* base, int64_t
   return encode_tensor_map_16bit(map, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// A 16-bit activation (`groups` x `rows` x `cols`, row pitch `ld` elements, groups
+// `group_stride` elements apart) as boxes of box_rows x box_cols elements, each landing as
+// box_rows rows of box_cols * 2 bytes (32, 64 or 128) with the swizzle of that width
+// (common/swizzle.cuh: swizzle_rows); rows past `rows` read as zeros. The small-N walk's
+// activation tiles straight from the operand (bsmm_stream_even_kernel.cuh: DIRECT_TILES).
+// False where TMA cannot address it (pitches not multiples of 16 bytes, a misaligned base).
+inline bool encode_activation_tiles_map(CUtensorMap* map, const void* base, int64_t groups, int64_t rows,
+                                        int64_t cols, int64_t ld, int64_t group_stride, int box_rows, int box_cols) {
+  const int row_bytes = 2 * box_cols;
+  if ((reinterpret_cast<uintptr_t>(base) & 15) != 0 || (2 * ld) % 16 != 0 || (2 * group_stride) % 16 != 0 ||
+      (row_bytes != 32 && row_bytes != 64 && row_bytes != 128)) {
+    return false;
+  }
+  const uint64_t dims[5] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(groups),
+                            1, 1};
+  const uint64_t pitch = 2 * static_cast<uint64_t>(ld);
+  const uint64_t group_pitch = groups > 1 ? 2 * static_cast<uint64_t>(group_stride) : pitch * rows;
+  const uint64_t strides[4] = {pitch, group_pitch, group_pitch * groups, group_pitch * groups};
+  const uint32_t box[5] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(box_rows), 1, 1, 1};
+  const CUtensorMapSwizzle swizzle = row_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                       : CU_TENSOR_MAP_SWIZZLE_32B;
+  return encode_tensor_map_16bit(map, base, dims, strides, box, swizzle);
+}
+
 }  // namespace jbs

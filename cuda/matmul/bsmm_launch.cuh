@@ -778,6 +778,14 @@ bool stream_even_swizzled(int block_size) {
   return (kIs16Bit<T> || block_size == 32) && stream_even_swizzle_env() != 0;
 }
 
+// Whether the swizzled 16-bit walk reads its tiles straight from `in` by TMA boxes of the
+// tile's own rows (bsmm_stream_even_kernel.cuh: DIRECT_TILES; the default) instead of from a
+// tile-major copy, a kernel ahead of the walk (2.6 us at the seed shape). Without it the bf16
+// bs 32 seed shape took 1.02-1.06x longer at densities 1/2 to 1/8 (benchmarks/NOTES.md,
+// session 63). JBS_STREAM_EVEN_DIRECT_TILES=0 keeps the copy; so does an operand TMA cannot
+// address (encode_activation_tiles_map), for which the scratch keeps the copy's room.
+inline bool stream_even_direct_tiles() { return env_switch("JBS_STREAM_EVEN_DIRECT_TILES") != 0; }
+
 // Bytes of the swizzled walk's tile-major copy of `in` (row_tile rows per tile), at the
 // start of the scratch, 256-byte aligned; 0 for the other walk.
 template <typename T>
@@ -846,9 +854,10 @@ cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int6
                    : launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
 }
 
-// The swizzled walk: the tile-major copy of `in` (TN rows per tile, zero-padded) into the
-// start of the scratch, then the walk launched early behind it, then the sums. False in
-// *launched where the tensor maps cannot be made (the caller takes the other walk).
+// The swizzled walk: 16-bit types read their tiles straight from `in` (stream_even_direct_tiles);
+// otherwise the tile-major copy of `in` (TN rows per tile, zero-padded) goes into the start of
+// the scratch and the walk is launched early behind it; then the sums. False in *launched where
+// the tensor maps cannot be made (the caller takes the other walk).
 template <typename T, int BS, bool TRANS, int TN>
 cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParams& p, cudaStream_t stream,
                                         bool* launched) {
@@ -864,13 +873,24 @@ cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParam
       (a.w_group_stride * int64_t(sizeof(T))) % 128 != 0) {
     return cudaSuccess;
   }
-  T* tiled = static_cast<T*>(a.scratch);
-  if (!encode_swizzled_rows_map(&p.in_map, tiled, in_rows, Cfg::kXRows) ||
-      !encode_swizzled_rows_map(&p.w_map, a.w, w_rows, Cfg::kWRows)) {
-    return cudaSuccess;
-  }
-  p.in_group_rows = a.in_group_stride == 0 ? 0 : static_cast<int>(in_group_rows);
+  if (!encode_swizzled_rows_map(&p.w_map, a.w, w_rows, Cfg::kWRows)) return cudaSuccess;
   p.w_group_rows = static_cast<int>(w_group_rows);
+  if constexpr (kIs16Bit<T>) {
+    // The tiles straight from `in` (rows past a.rows read as zeros, as the copy pads them).
+    if (stream_even_direct_tiles() &&
+        encode_activation_tiles_map(&p.in_map, a.in, input_groups(a), a.rows, a.in_cols, a.in_cols,
+                                    a.in_group_stride, TN, BS)) {
+      p.in_group_rows = a.in_group_stride == 0 ? 0 : 1;  // the box's group coordinate per group
+      *launched = true;
+      return launch_even_split<StreamEvenConfig<T, BS, TRANS, TN, true, /*DIRECT_TILES=*/true>>(
+          a, p, a.nnz, stream_even_max_warps<T>(a, TN),
+          bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true, /*DIRECT_TILES=*/true>,
+          bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0>, /*early_sum=*/true, stream, tiled_bytes);
+    }
+  }
+  T* tiled = static_cast<T*>(a.scratch);
+  if (!encode_swizzled_rows_map(&p.in_map, tiled, in_rows, Cfg::kXRows)) return cudaSuccess;
+  p.in_group_rows = a.in_group_stride == 0 ? 0 : static_cast<int>(in_group_rows);
   *launched = true;
   cudaError_t err = launch_tile_major<T>(static_cast<const T*>(a.in), tiled, input_groups(a), a.rows, a.in_cols, BS,
                                          a.num_sms, stream, TN, /*round_tf32=*/Cfg::kTf32Tiles);

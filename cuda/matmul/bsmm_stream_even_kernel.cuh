@@ -58,9 +58,17 @@
 // halves_column), and the stores map the columns back (kHalves).
 // (Session 62, seed shape fp32 bs 32, density 1/2, against the one-column kernel: dx 101.7 ->
 // 95.3 us; fwd 103.1 -> 108.6 with the 2-way reads, 104.0 -> 101.5 with the columns in halves.)
+//
+// DIRECT_TILES (16-bit swizzled walks, the default since session 63): no tile-major copy; each
+// tile comes straight from `in` as one TMA box of TN rows of BS * 2 bytes with the swizzle of
+// that width (rows past N read as zeros, as the copy pads them), and the fragments are read
+// through it (matmul/swizzled_fragments.cuh). Same values in the same MMAs, so the same bits;
+// the copy's kernel ahead of the walk is gone (bf16 bs 32 seed shape: 1.02-1.06x at 1/2-1/8).
+// fp32 keeps the copy, which also rounds its activations to tf32 once.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/dtype.cuh"
 #include "common/mbarrier.cuh"
@@ -69,6 +77,7 @@
 #include "common/tma.cuh"
 #include "matmul/bsmm_blocks_kernel.cuh"  // cmin/cmax/cclamp
 #include "matmul/bsmm_stream_kernel.cuh"  // fetch_item_batch
+#include "matmul/swizzled_fragments.cuh"
 #include "matmul/tile_io.cuh"
 #include "matmul/warp_mma.cuh"
 
@@ -97,7 +106,8 @@ struct StreamEvenParams {
   int num_items;
   int num_warps;  // W <= num_items: warps with work (gridDim.x * kWarps may be more)
   // SWIZZLED walks only: `in` tile-major (TN x BS tiles, `in` unused) and the weights, each
-  // as rows of 128 bytes, and the rows between consecutive groups (0: one for all).
+  // as rows of 128 bytes, and the rows between consecutive groups (0: one for all). DIRECT_TILES:
+  // `in` itself as (groups, rows, columns) in boxes of TN x BS, in_group_rows 1 (0: one for all).
   int in_group_rows;
   int w_group_rows;
   CUtensorMap in_map;
@@ -108,7 +118,7 @@ struct StreamEvenParams {
 template <typename T, int BS>
 inline constexpr bool kStreamEvenSwizzleSupported = kIs16Bit<T> ? BS >= 16 : BS == 32;
 
-template <typename T, int BS, bool TRANS, int TN, bool SWIZZLED = false>
+template <typename T, int BS, bool TRANS, int TN, bool SWIZZLED = false, bool DIRECT_TILES = false>
 struct StreamEvenConfig {
   static_assert(TN == 16 || TN == 32 || TN == 64, "row tile");
   static constexpr bool k16 = kIs16Bit<T>;
@@ -122,6 +132,10 @@ struct StreamEvenConfig {
   static constexpr TileSwizzle kSwizzleW = kHalves ? kTileSwizzle128BHalves : kSwizzle;
   // fp32's swizzled tiles come rounded to tf32 from the tile-major copy (matmul/tile_major.cuh).
   static constexpr bool kTf32Tiles = SWIZZLED && !k16;
+  static_assert(!DIRECT_TILES || (SWIZZLED && k16), "tiles straight from `in`: 16-bit swizzled walks");
+  // The bytes of the tile's swizzled rows: a tile-major copy's whole lines, or the tile's own
+  // rows when its box comes straight from the activation (DIRECT_TILES).
+  static constexpr int kXRowBytes = DIRECT_TILES ? BS * static_cast<int>(sizeof(T)) : 128;
   static constexpr int kMT = TN / 16;
   static constexpr int kNT = BS / 8;
   static constexpr int kKStep = (k16 && BS >= 16) ? 16 : 8;
@@ -158,6 +172,11 @@ struct StreamEvenConfig {
       kOffsetSlots * static_cast<int>(sizeof(int)) + (kBulkW ? kWarps : 1) * kStages * static_cast<int>(sizeof(uint64_t));
   static_assert(kStageBytes % 16 == 0 && (kXElems * sizeof(T)) % 16 == 0, "16B alignment of bulk copies");
   static_assert(!SWIZZLED || (kXBytes % 128 == 0 && kWBytes % 128 == 0), "whole 128-byte rows");
+};
+
+// What a walk without swizzled 16-bit stages holds in place of SwizzledFragments16.
+struct NoFragments {
+  __device__ explicit NoFragments(int) {}
 };
 
 // The warp (of W over nnz items, warp gw starting at nnz gw / W) that holds item i.
@@ -233,10 +252,10 @@ __device__ __forceinline__ int segment_of(const int* s_offsets, int num_segments
   return lo;
 }
 
-template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool SWIZZLED = false>
-__global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::kThreads)
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool SWIZZLED = false, bool DIRECT_TILES = false>
+__global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, DIRECT_TILES>::kThreads)
     bsmm_stream_even_kernel(const __grid_constant__ StreamEvenParams p) {
-  using Cfg = StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>;
+  using Cfg = StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, DIRECT_TILES>;
   constexpr int S = Cfg::kStages;
   constexpr int NW = Cfg::kWarps;
   unsigned char* const smem_raw = dynamic_smem();
@@ -294,7 +313,11 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
         uint64_t* full = &s_full[warp][stage];
         mbarrier_arrive_expect_tx(full, Cfg::kWBytes + Cfg::kXBytes);
         tma_load_5d(ws, &p.w_map, 0, w_rows0 + wb * Cfg::kWRows, 0, 0, 0, full);
-        tma_load_5d(xs, &p.in_map, 0, in_rows0 + ib * Cfg::kXRows, 0, 0, 0, full);
+        if constexpr (DIRECT_TILES) {
+          tma_load_5d(xs, &p.in_map, ib * BS, 0, static_cast<int>(g) * p.in_group_rows, 0, 0, full);
+        } else {
+          tma_load_5d(xs, &p.in_map, 0, in_rows0 + ib * Cfg::kXRows, 0, 0, 0, full);
+        }
       }
       return;
     }
@@ -314,7 +337,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
     }
   };
   // Swizzled tiles come from the tile-major copy the kernel ahead made (launched
-  // early behind it: launch_stream_even_swizzled).
+  // early behind it: launch_stream_even_swizzled); without a copy this returns at once.
   if constexpr (SWIZZLED) griddep_wait();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
@@ -346,6 +369,11 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
   int col_end = s_offsets[col + 1];
 
   float acc[Cfg::kMT][Cfg::kNT][4] = {};
+  // 16-bit swizzled stages: each lane's fragment offsets, the same in every stage.
+  using Fragments =
+      std::conditional_t<Cfg::k16 && SWIZZLED, SwizzledFragments16<T, BS, TN, !TRANS, Cfg::kXRowBytes>, NoFragments>;
+  const Fragments fragments(lane);
+  const uint32_t ring_at = smem_u32(ring);
   float* const pieces = p.pieces + g * 2 * W * Cfg::kPieceFloats;
   int read_stage = 0;
   int write_stage = S - 1;
@@ -363,15 +391,20 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED>::
       issue(write_stage, tl);
     }
     cp_async_commit();
-    const T* xs = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kXOffsetBytes);
-    const T* ws = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kWOffsetBytes);
+    if constexpr (Cfg::k16 && SWIZZLED) {
+      const uint32_t stage_at = ring_at + read_stage * Cfg::kStageBytes;
+      fragments.mma(acc, stage_at + Cfg::kXOffsetBytes, stage_at + Cfg::kWOffsetBytes);
+    } else {
+      const T* xs = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kXOffsetBytes);
+      const T* ws = reinterpret_cast<const T*>(ring + read_stage * Cfg::kStageBytes + Cfg::kWOffsetBytes);
 #pragma unroll
-    for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
-      uint32_t a[Cfg::kMT][4], a_small[Cfg::kMT][4];
-      load_a_rows<T, Cfg::kMT, Cfg::kKStep, PRECISE, Cfg::kSwizzle, Cfg::kTf32Tiles>(a, a_small, xs, Cfg::kLdX, 0, k0,
-                                                                                     lane);
-      mma_loaded_a<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*B_KMAJOR=*/!TRANS, PRECISE, Cfg::kSwizzleW>(
-          acc, a, a_small, ws, Cfg::kLdW, 0, k0, lane);
+      for (int k0 = 0; k0 < BS; k0 += Cfg::kKStep) {
+        uint32_t a[Cfg::kMT][4], a_small[Cfg::kMT][4];
+        load_a_rows<T, Cfg::kMT, Cfg::kKStep, PRECISE, Cfg::kSwizzle, Cfg::kTf32Tiles>(a, a_small, xs, Cfg::kLdX, 0,
+                                                                                       k0, lane);
+        mma_loaded_a<T, Cfg::kMT, Cfg::kNT, Cfg::kKStep, /*B_KMAJOR=*/!TRANS, PRECISE, Cfg::kSwizzleW>(
+            acc, a, a_small, ws, Cfg::kLdW, 0, k0, lane);
+      }
     }
     read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == S ? 0 : write_stage + 1;

@@ -125,11 +125,12 @@ def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size:
 
 # Small-N path on sm_90 that cuts all items evenly over the warps and copies weight blocks in
 # bulk (cuda/matmul/bsmm_stream_even_kernel.cuh): two fp32 pieces per warp, after (16-bit
-# types and fp32 at bs 32, unless JBS_STREAM_EVEN_SWIZZLE=0) a tile-major copy of the
-# activation whose tiles have row-tile rows. Keep in sync with bsmm_launch.cuh (use_stream_even,
-# kStreamEvenMinBytes, kStreamEvenMinBytesF32, stream_even_max_warps, stream_even_tiled_bytes)
-# and the kernel's kStreamEvenMaxCols. The launcher uses at most 8 warps per SM and no more than
-# this scratch has room for.
+# types and fp32 at bs 32, unless JBS_STREAM_EVEN_SWIZZLE=0) room for a tile-major copy of the
+# activation whose tiles have row-tile rows (16-bit walks read their tiles straight from the
+# activation and use the room only where TMA cannot address that). Keep in sync with
+# bsmm_launch.cuh (use_stream_even, kStreamEvenMinBytes, kStreamEvenMinBytesF32,
+# stream_even_max_warps, stream_even_tiled_bytes) and the kernel's kStreamEvenMaxCols. The
+# launcher uses at most 8 warps per SM and no more than this scratch has room for.
 _STREAM_EVEN_MAX_COLS = 4096
 _STREAM_EVEN_RESERVED_WARPS = 8 * 160
 _STREAM_EVEN_MIN_BYTES = 24 << 20
