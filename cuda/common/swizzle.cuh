@@ -44,6 +44,17 @@ constexpr bool halves_column_keeps_pairs() {
 }
 static_assert(halves_column_keeps_pairs(), "halves_column: a permutation of 32 columns, pairs kept");
 
+// Where byte `offset` of a tile of ROW_BYTES-byte rows (32, 64 or 128) lands when TMA writes
+// it with the swizzle of that width (CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B) to an address
+// aligned to the swizzle's span (256, 512 or 1024 bytes): the 16-byte chunk index is XORed with
+// offset bits 7 and up, 1, 2 or 3 of them. Any 8 consecutive rows' same chunk then sits in 8
+// different bank groups, for every width.
+template <int ROW_BYTES>
+__host__ __device__ __forceinline__ constexpr int swizzle_rows(int offset) {
+  static_assert(ROW_BYTES == 32 || ROW_BYTES == 64 || ROW_BYTES == 128, "TMA swizzles rows of 32, 64 or 128 bytes");
+  return offset ^ ((offset >> 3) & ((ROW_BYTES / 16 - 1) << 4));
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kRowBytes-byte rows
 // that TMA wrote with the swizzle of its row width from a 1024-byte-aligned address:
 // the chunk index is XORed with address bits 7-9 (128-byte rows: row % 8) or 7-8
@@ -51,8 +62,7 @@ static_assert(halves_column_keeps_pairs(), "halves_column: a permutation of 32 c
 template <int kRowBytes>
 __device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
   static_assert(kRowBytes == 128 || kRowBytes == 64, "TMA swizzle of 128- or 64-byte rows");
-  const int pattern = kRowBytes == 128 ? (row & 7) : ((row >> 1) & 3);
-  return row * kRowBytes + ((chunk ^ pattern) << 4);
+  return swizzle_rows<kRowBytes>(row * kRowBytes + (chunk << 4));
 }
 
 // Where byte `offset` of a contiguous span lands when TMA copies the span as rows of
@@ -61,18 +71,7 @@ __device__ __forceinline__ int tma_swizzled_offset(int row, int chunk) {
 // lines per request (a box of its own 32- or 64-byte rows would take one request per
 // row), and any 8 consecutive rows' same chunk then sit in 8 different bank groups:
 // ldmatrix reads it, either way round, without conflicts.
-__device__ __forceinline__ int swizzle_128b(int offset) { return offset ^ ((offset >> 3) & 0x70); }
-
-// Where byte `offset` of a tile of ROW_BYTES-byte rows (32, 64 or 128) lands when TMA writes
-// it with the swizzle of that width (CU_TENSOR_MAP_SWIZZLE_32B / 64B / 128B) to an address
-// aligned to the swizzle's span (256, 512 or 1024 bytes): the 16-byte chunk index is XORed with
-// offset bits 7 and up, 1, 2 or 3 of them. swizzle_rows<128> is swizzle_128b. Any 8
-// consecutive rows' same chunk then sits in 8 different bank groups, for every width.
-template <int ROW_BYTES>
-__host__ __device__ __forceinline__ constexpr int swizzle_rows(int offset) {
-  static_assert(ROW_BYTES == 32 || ROW_BYTES == 64 || ROW_BYTES == 128, "TMA swizzles rows of 32, 64 or 128 bytes");
-  return offset ^ ((offset >> 3) & ((ROW_BYTES / 16 - 1) << 4));
-}
+__device__ __forceinline__ int swizzle_128b(int offset) { return swizzle_rows<128>(offset); }
 
 // Element offset of (row, col) in a tile of 32-float (128-byte) rows whose 16-byte chunks are
 // XORed with 2 (row % 4), or of 16-float (64-byte) rows, two a line, whose chunks are XORed with
