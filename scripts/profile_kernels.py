@@ -5,7 +5,10 @@ For each (op, density, chunk limit) it prints, per op:
   kernels the summed device time of the kernels and memsets (CUPTI, through torch.profiler)
   span    first kernel start to last kernel end of the profiled chains, per op: includes the
           gaps XLA leaves between kernels, excludes host time before the first launch
-and the kernels by name, so that "kernel too slow" and "overhead around it" can be told apart.
+and the kernels by name, so that "kernel too slow" and "overhead around it" can be told apart,
+then each kernel's median start and end within its op and the ops' period
+(scripts/kernel_timeline.py): how long after the walk its sums end, and how long the next op
+waits.
 It also measures the L2-resident copy rate (read + write) that the large-N notes assume.
 
 Run on the GPU machine after building jbs (scripts/gpu_check.sh does the build):
@@ -24,6 +27,7 @@ import collections
 import functools
 import os
 import statistics
+import sys
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
@@ -36,6 +40,9 @@ import jbs  # noqa: E402
 from jbs._src import tables  # noqa: E402
 from jbs.bench import runners, timing  # noqa: E402
 from jbs.bench.cases import Case  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (run with -P: not on the path)
+from kernel_timeline import format_timeline, op_timeline  # noqa: E402
 
 
 def l2_copy_rate() -> dict[str, float]:
@@ -86,7 +93,12 @@ def profile_case(case: Case, repeats: int = 5):
     starts = sorted((e.time_range.start, e.time_range.end) for e in events)
     gaps = [b[0] - a[1] for a, b in zip(starts, starts[1:])]
     names["median gap"] = (len(gaps) / ops, statistics.median(gaps) if gaps else 0.0)
-    return bench_us, kernels, span, names
+    try:
+        timeline = format_timeline(*op_timeline([(e.name[:60], e.time_range.start, e.time_range.end)
+                                                 for e in events], ops))
+    except ValueError as error:  # (no kernel once per op: e.g. a kernel repeated per chunk)
+        timeline = f"timeline: none ({error})"
+    return bench_us, kernels, span, names, timeline
 
 
 def run_plain(case: Case, calls: int = 1):
@@ -144,11 +156,12 @@ def main():
         for den in args.densities.split(","):
             for op in args.ops.split(","):
                 case = Case(op, args.dtype, args.n, 12288, 12288, args.block_size, 1 / int(den))
-                bench_us, kernels, span, names = profile_case(case)
+                bench_us, kernels, span, names, timeline = profile_case(case)
                 rows.append((op, den, limit_text, bench_us, kernels, span))
                 detail = "; ".join(f"{k} x{c:.2f} {m:.1f}us" for k, (c, m) in names.items())
                 print(f"{op:7s} 1/{den:<3s} limit={limit_text:7s} bench={bench_us:7.1f} "
                       f"kernels={kernels:7.1f} span={span:7.1f} | {detail}", flush=True)
+                print(f"        {timeline}", flush=True)
     print("\nop      dens  limit    bench_us  kernel_us  span_us")
     for op, den, lim, b, k, s in rows:
         print(f"{op:7s} 1/{den:<3s} {lim:7s} {b:9.1f} {k:10.1f} {s:8.1f}")
