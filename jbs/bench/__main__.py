@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 import jbs
 from jbs.bench import cases as cases_lib
-from jbs.bench import report, timing
+from jbs.bench import report, targets, timing
 from jbs.bench.runners import CONV_RUNNERS, RUNNERS, path_of
 
 DENSITY_FREE = ("block_size", "density")  # the dense peer's time does not depend on them
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
               f"bs={case.block_size} density={case.density:.4g}", flush=True)
 
     write()
-    table = report.markdown(meta, records)
+    table = report.markdown(meta, records) + "\n" + targets.markdown(meta, records)
     (out / f"{stem}.md").write_text(table)
     report.plot(records, out / f"{stem}.png")
     print("\n" + table)
