@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(NW * 32) seed_stream(const Params p, const __g
     if constexpr (MMA) {
 #pragma unroll
       for (int k0 = 0; k0 < kBS; k0 += kKStep)
-        warp_mma_step<T, 2, 4, kKStep, false, true, false, false, XMODE == 4, WMODE == 2>(
+        warp_mma_step<T, 2, 4, kKStep, false, true, false, false, (XMODE == 4 ? kTileSwizzle128B : kTilePlain),
+                      (WMODE == 2 ? kTileSwizzle128B : kTilePlain)>(
             acc, xs, St::kLdX, 0, ws, St::kLdW, 0, k0, lane);
     } else {
       touch += static_cast<float>(xs[lane]) + static_cast<float>(ws[lane]);
