@@ -157,3 +157,18 @@ def test_op_as_static_argument(rng):
     close(apply(bsmm, x, w), bsmm(x, w))
     rebuilt = jbs.BlockSparseMatMul(bsmm.layout.copy(), 8, precision="highest")
     close(apply(rebuilt, x, w), bsmm(x, w))
+
+
+def test_vmap_over_an_empty_batch(rng):
+    """A batch of 0 entries gives empty results of the right shape (the rows per entry of a
+    strided conv cannot be read off an empty output), for the op and its per-example grads."""
+    bsmm, _ = make(rng)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+    assert jax.jit(jax.vmap(bsmm, in_axes=(0, None)))(jnp.ones((0, 4, 32)), w).shape == (0, 4, 24)
+    assert jax.vmap(jax.grad(lambda x: bsmm(x, w).sum()))(jnp.ones((0, 32))).shape == (0, 32)
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 4, 3), 8, (3, 3), strides=2)
+    wc = random_array(rng, conv.w_shape, jnp.float32)
+    assert jax.vmap(conv, in_axes=(0, None))(jnp.ones((0, 2, 9, 7, 32)), wc).shape == (0, 2, 5, 4, 24)
+    grads = jax.vmap(jax.grad(lambda x, w: conv(x, w).sum(), argnums=(0, 1)), in_axes=(0, None))
+    dx, dw = grads(jnp.ones((0, 2, 9, 7, 32)), wc)
+    assert dx.shape == (0, 2, 9, 7, 32) and dw.shape == (0,) + conv.w_shape

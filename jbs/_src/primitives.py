@@ -171,6 +171,14 @@ def _to_groups(operand, bdim, batch, groups):
     return operand.reshape((batch * groups,) + operand.shape[2:])
 
 
+def _abstract_rows(prim, activation_shape, dtype, b, tables, params) -> int:
+    """Output rows of one call on an activation of ``activation_shape``, without running it."""
+    spec = lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype)
+    out = jax.eval_shape(functools.partial(prim.bind, **params), jax.ShapeDtypeStruct(activation_shape, dtype),
+                         spec(b), *map(spec, tables))
+    return out.shape[1]
+
+
 def _batch_rule(prim, activation_first):
     """vmap rule. ``activation_first``: operand 0 is an activation (rows N) and operand 1 a
     weight, so when only the activation is batched, the batch folds into the rows N."""
@@ -183,8 +191,10 @@ def _batch_rule(prim, activation_first):
             a = jnp.moveaxis(a, da, 1)  # (g, batch, n, f)
             g, batch, n, f = a.shape
             out = prim.bind(a.reshape(g, batch * n, f), b, *tables, **params)
-            # (output rows per batch entry differ from n for a convolution)
-            return out.reshape(out.shape[0], batch, out.shape[1] // batch, out.shape[-1]), 1
+            # (output rows per batch entry differ from n for a convolution; an empty batch
+            # cannot say how many, so ask the abstract evaluation of one entry)
+            rows = out.shape[1] // batch if batch else _abstract_rows(prim, (g, n, f), a.dtype, b, tables, params)
+            return out.reshape(out.shape[0], batch, rows, out.shape[-1]), 1
         batch = a.shape[da] if da is not NOT_MAPPED else b.shape[db]
         groups = max(_group_size(a, da), _group_size(b, db))
         out = prim.bind(_to_groups(a, da, batch, groups), _to_groups(b, db, batch, groups),
