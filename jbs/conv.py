@@ -41,16 +41,26 @@ def _pair(name, value, minimum):
     return tuple(int(v) for v in pair)
 
 
+PADDING_FORMS = "'SAME', 'VALID', an int, a pair of ints (per axis) or ((lo, hi), (lo, hi))"
+
+
 def _check_padding(padding):
+    """"SAME" / "VALID", or explicit ((lo, hi), (lo, hi)); as in flax, an int p means p on every
+    side and a pair (ph, pw) means ph above and below, pw left and right."""
     if isinstance(padding, str):
         if padding.upper() not in ("SAME", "VALID"):
-            raise ValueError(f"padding must be 'SAME', 'VALID' or ((lo, hi), (lo, hi)), got {padding!r}")
+            raise ValueError(f"padding must be {PADDING_FORMS}, got {padding!r}")
         return padding.upper()
     is_int = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+    if is_int(padding):
+        padding = ((padding, padding), (padding, padding))
     try:
-        pads = tuple((lo, hi) for lo, hi in padding)
+        items = tuple(padding)
+        if len(items) == 2 and all(is_int(v) for v in items):
+            items = tuple((v, v) for v in items)
+        pads = tuple((lo, hi) for lo, hi in items)
     except (TypeError, ValueError):
-        raise ValueError(f"padding must be 'SAME', 'VALID' or ((lo, hi), (lo, hi)), got {padding!r}") from None
+        raise ValueError(f"padding must be {PADDING_FORMS}, got {padding!r}") from None
     if len(pads) != 2 or not all(is_int(v) for pair in pads for v in pair):
         raise ValueError(f"explicit padding must be two (lo, hi) pairs of ints, got {padding!r}")
     pads = tuple((int(lo), int(hi)) for lo, hi in pads)
@@ -147,7 +157,8 @@ class BlockSparseConv(_ConvBase):
       layout: (C // bs, K // bs) channel-block layout, shared by all filter taps.
       block_size: 8, 16, 32 or 64.
       kernel_size, strides, dilation: int or pair.
-      padding: "SAME", "VALID" or explicit ((top, bottom), (left, right)).
+      padding: "SAME", "VALID", explicit ((top, bottom), (left, right)), an int (every side)
+        or a pair of ints (top and bottom, left and right), as flax's convolutions take it.
     """
 
     def __call__(self, x, w):

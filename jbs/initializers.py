@@ -5,6 +5,11 @@ or, for a convolution, ``(kh, kw, nnz, bs, bs)``. The fan-in of output unit j is
 x the nonzero blocks of its block column (x kh*kw for a convolution), so Barabasi-Albert hubs and leaves are
 each scaled to their own fan-in and unit-variance inputs give roughly unit-variance outputs at
 any density.
+
+``per_block_column`` turns any dense initialiser (``nnx.initializers.lecun_normal()``,
+``he_normal()``, ``orthogonal()``, ...) into one for packed weights: the block-sparse layers
+apply it to every ``kernel_init`` callable not marked by ``packed``, so a stock initialiser sees
+the fan-in of each unit's real inputs, not the packed array's shape.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import jax.numpy as jnp
 
 from jbs._src import validation
 
-__all__ = ["variance_scaling", "lecun_normal", "identity"]
+__all__ = ["variance_scaling", "lecun_normal", "identity", "per_block_column", "packed"]
 
 
 def _packed_geometry(layout, block_size):
@@ -28,6 +33,53 @@ def _packed_geometry(layout, block_size):
 def _check_shape(shape, expected):
     if tuple(shape[-3:]) != expected:
         raise ValueError(f"init shape must end in the packed weight shape {expected}; got {tuple(shape)}")
+
+
+def packed(init):
+    """Marks ``init`` as taking the packed shape ``([kh, kw,] nnz, bs, bs)`` itself, so the
+    block-sparse layers call it as it is (the initialisers of this module are marked)."""
+    init.takes_packed_shape = True
+    return init
+
+
+def per_block_column(init, layout, block_size: int):
+    """A packed-weight initialiser from a dense one: each output block column's weights are
+    drawn as ``init(key, ([kh, kw,] fan_in, block_size))``, the dense kernel of that column's
+    real inputs (``fan_in`` = block_size x its nonzero blocks), then packed. So variance-scaling
+    initialisers scale each unit by its own fan-in (their fan-out is then the block's width),
+    ``orthogonal`` gives orthonormal columns per block column, and shape-free ones (normal,
+    zeros) are unchanged."""
+    if not callable(init):
+        raise TypeError(f"init must be a callable init(key, shape, dtype); got {init!r}")
+    layout, block_size, rows, cols = _packed_geometry(layout, block_size)
+    blocks_per_column = layout.sum(axis=0)
+    # Block columns drawn together: those with the same fan-in (one vmapped call each).
+    groups = [(int(f), np.flatnonzero(blocks_per_column == f)) for f in np.unique(blocks_per_column) if f > 0]
+    # Packed index of every block, in the order the groups' draws come out (column by column,
+    # rows ascending within a column, as np.nonzero packs them).
+    drawn_order = np.concatenate([np.flatnonzero(cols == c) for _, columns in groups for c in columns])
+    to_packed = np.argsort(drawn_order)
+    expected = (rows.size, block_size, block_size)
+
+    def packed_init(key, shape=expected, dtype=jnp.float32):
+        _check_shape(shape, expected)
+        taps = tuple(shape[:-3])
+        parts = []
+        for index, (fan_in_blocks, columns) in enumerate(groups):
+            column_shape = taps + (fan_in_blocks * block_size, block_size)
+            keys = jax.random.split(jax.random.fold_in(key, index), columns.size)
+            drawn = jax.vmap(lambda k: init(k, column_shape, dtype))(keys)
+            if drawn.shape != (columns.size,) + column_shape:
+                raise ValueError(f"kernel_init returned shape {drawn.shape[1:]} for one block column's "
+                                 f"weights; expected {column_shape} (it is called like a dense "
+                                 "initialiser per output block column; wrap an initialiser that "
+                                 "takes the packed shape in jbs.initializers.packed)")
+            drawn = drawn.reshape((columns.size,) + taps + (fan_in_blocks, block_size, block_size))
+            parts.append(jnp.moveaxis(drawn, 0, len(taps)).reshape(
+                taps + (columns.size * fan_in_blocks, block_size, block_size)))
+        return jnp.concatenate(parts, axis=len(taps))[..., to_packed, :, :].astype(dtype)
+
+    return packed(packed_init)
 
 
 def variance_scaling(layout, block_size: int, scale: float = 1.0,
@@ -57,7 +109,7 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
             unit = jax.random.uniform(key, shape, jnp.float32, -np.sqrt(3.0), np.sqrt(3.0))
         return (unit * (std / np.sqrt(taps))).astype(dtype)
 
-    return init
+    return packed(init)
 
 
 def lecun_normal(layout, block_size: int):
@@ -65,10 +117,13 @@ def lecun_normal(layout, block_size: int):
     return variance_scaling(layout, block_size, 1.0, "truncated_normal")
 
 
-def identity(layout, block_size: int, scale: float = 1.0):
+def identity(layout, block_size: int, scale: float = 1.0, tap=None):
     """``scale`` x the identity on the diagonal blocks, zero elsewhere (the seed's advice for deep
     recurrent stacks, with layer norm). Every diagonal block below min(C, K) must be in the layout.
-    For a conv kernel the identity sits on the centre tap (a delta kernel)."""
+    For a conv kernel the identity sits on one filter tap (a delta kernel): ``tap``, or by
+    default the centre one, ``size // 2`` per axis. The block-sparse conv layers pass the tap
+    that reads each output pixel's own input pixel under their padding (an even kernel with
+    "SAME" padding pads less before than after, so its centre would shift the image)."""
     layout, block_size, rows, cols = _packed_geometry(layout, block_size)
     diagonal = min(layout.shape)
     missing = np.flatnonzero(~layout[np.arange(diagonal), np.arange(diagonal)])
@@ -82,7 +137,10 @@ def identity(layout, block_size: int, scale: float = 1.0):
         del key
         _check_shape(shape, expected)
         kernel = np.zeros(shape, np.float32)
-        kernel[tuple(size // 2 for size in shape[:-3])] = scale * on_diagonal
+        centre = tuple(size // 2 for size in shape[:-3]) if tap is None else tuple(tap)
+        if len(centre) != len(shape) - 3 or not all(0 <= t < size for t, size in zip(centre, shape[:-3])):
+            raise ValueError(f"identity init: tap {centre} is not a filter tap of the kernel shape {tuple(shape)}")
+        kernel[centre] = scale * on_diagonal
         return jnp.asarray(kernel, dtype)
 
-    return init
+    return packed(init)

@@ -63,6 +63,60 @@ def test_barabasi_albert_hubs_and_leaves_are_both_unit_variance(rng):
     assert 0.8 < y[:, hub].var() < 1.2 and 0.5 < y[:, leaf].var() < 1.6
 
 
+def test_stock_flax_initialisers_see_each_units_real_fan_in(rng):
+    """nnx.initializers.* given as kernel_init scale by the unit's fan-in (block_size x its
+    column's blocks), as in nnx.Linear, not by the packed array's shape (block_size x nnz)."""
+    layout = jbs.layouts.barabasi_albert(64, 3, seed=0)
+    x = random_array(rng, (1024, 1024), jnp.float32)
+    for init, variance in ((nnx.initializers.lecun_normal(), 1.0), (nnx.initializers.he_normal(), 2.0),
+                           (nnx.initializers.orthogonal(), 1.0)):
+        layer = jbs.nn.BlockSparseLinear(1024, 1024, layout=layout, block_size=16, use_bias=False,
+                                         kernel_init=init, rngs=nnx.Rngs(int(rng.integers(99))))
+        assert 0.85 * variance < np.asarray(layer(x)).var() < 1.15 * variance
+    cell = jbs.linen.BlockSparseDense(1024, layout=layout, block_size=16, use_bias=False,
+                                      kernel_init=nn.initializers.lecun_normal())
+    assert 0.85 < np.asarray(cell.apply(cell.init(jax.random.key(0), x), x)).var() < 1.15
+
+
+def test_per_block_column_places_each_columns_draw_on_its_blocks(rng):
+    """The dense draw of a block column (fan_in x bs, or taps x fan_in x bs) lands on that
+    column's blocks in row order: the draw numbers its rows by block rank (and its taps)."""
+    layout = awkward_layout(rng, 5, 4)
+    bs = 8
+
+    def numbered(key, shape, dtype):
+        index = jnp.indices(shape)
+        value = index[-2] // bs + sum(index[i] * 10 ** (i + 1) for i in range(len(shape) - 2))
+        return value.astype(dtype)
+
+    rows, cols = np.nonzero(layout)
+    rank = np.array([np.sum((cols == c) & (rows < r)) for r, c in zip(rows, cols)])
+    packed = jbs.initializers.per_block_column(numbered, layout, bs)
+    np.testing.assert_array_equal(packed(jax.random.key(0), (rows.size, bs, bs), jnp.float32),
+                                  np.broadcast_to(rank[:, None, None], (rows.size, bs, bs)))
+    conv = packed(jax.random.key(0), (2, 3, rows.size, bs, bs), jnp.float32)
+    for h in range(2):
+        for w in range(3):
+            np.testing.assert_array_equal(conv[h, w, :, 0, 0], rank + 10 * h + 100 * w)
+    # orthogonal per block column: each block column's units are orthonormal over its inputs
+    layer = jbs.nn.BlockSparseLinear(40, 32, layout=layout, block_size=bs, use_bias=False,
+                                     kernel_init=nnx.initializers.orthogonal(), rngs=nnx.Rngs(0))
+    dense = np.asarray(dense_kernel(layer))
+    for c in np.flatnonzero(layout.any(axis=0)):
+        block_column = dense[:, c * bs:(c + 1) * bs]
+        np.testing.assert_allclose(block_column.T @ block_column, np.eye(bs), atol=1e-5)
+
+
+def test_a_packed_initialiser_and_a_wrong_shaped_one():
+    layout = np.eye(2, dtype=bool)
+    ones = jbs.initializers.packed(lambda key, shape, dtype=jnp.float32: jnp.ones(shape, dtype))
+    layer = jbs.nn.BlockSparseLinear(16, 16, layout=layout, block_size=8, kernel_init=ones, rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(dense_kernel(layer), np.kron(np.eye(2), np.ones((8, 8))))
+    with pytest.raises(ValueError, match=r"returned shape \(5,\) for one block column's weights; expected \(8, 8\)"):
+        jbs.nn.BlockSparseLinear(16, 16, layout=layout, block_size=8, rngs=nnx.Rngs(0),
+                                 kernel_init=lambda key, shape, dtype=jnp.float32: jnp.ones((5,)))
+
+
 def test_identity_init_and_bad_init_name():
     layout = jbs.layouts.watts_strogatz(4, 2, 0.5, seed=1)
     layer = jbs.nn.BlockSparseLinear(32, 32, layout=layout, block_size=8, kernel_init="identity", rngs=nnx.Rngs(0))
@@ -297,6 +351,22 @@ def test_conv_layer_init_and_data_dependent_init(rng):
     np.testing.assert_allclose(delta(x), x, rtol=1e-6)
 
 
+@pytest.mark.parametrize("kernel_size,padding,dilation", [
+    ((2, 2), "SAME", 1), ((2, 3), "SAME", 1), ((4, 4), "SAME", 1), ((5, 2), "SAME", 1), ((3, 3), "SAME", 2),
+    ((2, 3), ((1, 0), (1, 1)), 1), ((2, 2), ((1, 0), (1, 0)), 1), ((1, 3), ((0, 0), (1, 1)), 1)])
+def test_identity_conv_init_passes_the_image_through_under_its_padding(rng, kernel_size, padding, dilation):
+    """The delta sits on the tap that reads each pixel itself: an even kernel with "SAME" pads
+    less before than after, so its centre tap would shift the image by one pixel."""
+    x = random_array(rng, (2, 7, 6, 16), jnp.float32)
+    layer = jbs.nn.BlockSparseConv(16, 16, kernel_size, layout=np.eye(2), block_size=8, padding=padding,
+                                   dilation=dilation, kernel_init="identity", use_bias=False,
+                                   precision="highest", rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(layer(x), x, rtol=1e-6)
+    linen = jbs.linen.BlockSparseConv(16, kernel_size, layout=np.eye(2), block_size=8, padding=padding,
+                                      dilation=dilation, kernel_init="identity", use_bias=False, precision="highest")
+    np.testing.assert_allclose(linen.apply(linen.init(jax.random.key(0), x), x), x, rtol=1e-6)
+
+
 def test_weight_norm_is_safe_for_all_zero_units_and_constant_outputs(rng):
     layer = jbs.nn.BlockSparseLinear(16, 32, layout=np.ones((2, 4)), block_size=8, kernel_init="identity",
                                      weight_norm=True, rngs=nnx.Rngs(0))
@@ -320,3 +390,23 @@ def test_cell_init_strings_and_linen_hashing():
     params = dense.init(jax.random.key(0), jnp.ones((2, 16)))
     apply = jax.jit(lambda module, p, x: module.apply(p, x), static_argnums=0)
     assert apply(dense, params, jnp.ones((2, 16))).shape == (2, 16)
+
+
+@pytest.mark.parametrize("padding", [1, (1, 2), ((1, 0), (2, 1)), "SAME"])
+def test_conv_layer_takes_nnx_convs_inputs_and_paddings(rng, padding):
+    """Like nnx.Conv: any leading batch axes (none: one image) and flax's padding forms."""
+    layout = awkward_layout(rng, 2, 3)
+    layer = jbs.nn.BlockSparseConv(16, 24, (3, 3), layout=layout, block_size=8, padding=padding,
+                                   precision="highest", rngs=nnx.Rngs(0))
+    dense = nnx.Conv(16, 24, (3, 3), padding=padding, precision=HIGHEST, rngs=nnx.Rngs(0))
+    dense.kernel[...] = layer.op.to_dense(layer.kernel[...])
+    dense.bias[...] = random_array(rng, (24,), jnp.float32)
+    layer.bias[...] = dense.bias[...]
+    x = random_array(rng, (2, 3, 7, 6, 16), jnp.float32)
+    for inputs in (x, x[1, 2], x[:, :0]):
+        np.testing.assert_allclose(layer(inputs), dense(inputs), rtol=1e-5, atol=1e-5)
+    linen = jbs.linen.BlockSparseConv(24, (3, 3), layout=layout, block_size=8, padding=padding, precision="highest")
+    params = {"params": {"kernel": layer.kernel[...], "bias": layer.bias[...]}}
+    np.testing.assert_allclose(linen.apply(params, x[0, 1]), dense(x[0, 1]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"inputs must be images \(\.\.\., H, W, C\); got shape \(6, 16\)"):
+        layer(x[0, 0, 0])

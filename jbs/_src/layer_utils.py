@@ -28,15 +28,42 @@ def make_op(in_features: int, out_features: int, layout, block_size: int, precis
     return BlockSparseMatMul(layout, block_size, precision=precision)
 
 
-def resolve_kernel_init(kernel_init, op: BlockSparseMatMul):
-    """None or 'fan_in' -> fan-in-aware variance scaling; 'identity' -> identity; else as given."""
+def identity_tap(conv) -> tuple[int, int] | None:
+    """The filter tap through which a stride-1 reading of ``conv`` (a jbs.BlockSparseConv) takes
+    each output pixel's own input pixel: the delta of an identity kernel. None where no tap
+    does (padding that is not a multiple of the dilation, a transposed conv: the centre then)."""
+    if conv is None or type(conv).__name__ != "BlockSparseConv":
+        return None
+    tap = []
+    for size, dilation, axis in zip(conv.kernel_size, conv.dilation, range(2)):
+        if conv.padding == "VALID":
+            before = 0
+        elif conv.padding == "SAME":  # as lax.padtype_to_pads at stride 1: the smaller half first
+            before = (size - 1) * dilation // 2
+        else:
+            before = conv.padding[axis][0]
+        if before % dilation or not 0 <= before // dilation < size:
+            return None
+        tap.append(before // dilation)
+    return tuple(tap)
+
+
+def resolve_kernel_init(kernel_init, op: BlockSparseMatMul, conv=None):
+    """None or 'fan_in' -> fan-in-aware variance scaling; 'identity' -> identity (on ``conv``'s
+    identity_tap for a conv layer); a callable
+    marked by jbs.initializers.packed as given; any other callable through
+    jbs.initializers.per_block_column."""
     if kernel_init is None or (isinstance(kernel_init, str) and kernel_init == "fan_in"):
         return initializers.lecun_normal(op.layout, op.block_size)
     if isinstance(kernel_init, str) and kernel_init == "identity":
-        return initializers.identity(op.layout, op.block_size)
+        return initializers.identity(op.layout, op.block_size, tap=identity_tap(conv))
     if isinstance(kernel_init, str) or not callable(kernel_init):
         raise ValueError(f"kernel_init must be a callable, 'fan_in' or 'identity'; got {kernel_init!r}")
-    return kernel_init
+    if getattr(kernel_init, "takes_packed_shape", False):
+        return kernel_init
+    # A dense initialiser (nnx.initializers.*) would read its fan-in off the packed shape
+    # (block_size x nnz): drawn per output block column, it sees each unit's real fan-in.
+    return initializers.per_block_column(kernel_init, op.layout, op.block_size)
 
 
 def dense_kernel_init(kernel_init, default):
@@ -48,6 +75,16 @@ def dense_kernel_init(kernel_init, default):
         raise ValueError(f"kernel_init of a dense input projection must be a callable or 'fan_in'; "
                          f"got {kernel_init!r} (give input_layout for a block-sparse projection)")
     return kernel_init
+
+
+def over_images(conv_fn, inputs):
+    """Applies an NHWC ``conv_fn`` to ``inputs`` of shape (..., H, W, C), any number of leading
+    batch axes (none: one image), as ``nnx.Conv`` and Linen's ``Conv`` take them."""
+    if inputs.ndim < 3:
+        raise ValueError(f"inputs must be images (..., H, W, C); got shape {inputs.shape}")
+    batch = inputs.shape[:-3]
+    outputs = conv_fn(inputs.reshape((int(np.prod(batch)),) + inputs.shape[-3:]))
+    return outputs.reshape(batch + outputs.shape[1:])
 
 
 def column_norms(op: BlockSparseMatMul, kernel) -> jax.Array:

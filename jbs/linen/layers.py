@@ -9,17 +9,17 @@ import jax.numpy as jnp
 import flax.linen as nn
 from flax.linen.dtypes import promote_dtype
 
-from jbs._src import layer_utils
+from jbs._src import layer_utils, validation
 from jbs._src.validation import FrozenLayout
 from jbs.conv import BlockSparseConv as BlockSparseConvOp
 from jbs.conv import BlockSparseConvTranspose as BlockSparseConvTransposeOp
-from jbs.nn.recurrent import gate_layout, lstm_update
+from jbs.nn.recurrent import check_carry, check_hidden_features, gate_layout, lstm_update
 
 
 def _apply(module: nn.Module, matmul, op, inputs):
     """Creates the layer's parameters (kernel, scale, bias) in ``module`` and applies ``op``:
     shared by the dense and conv layers, which differ only in the op and the kernel shape."""
-    kernel = module.param("kernel", layer_utils.resolve_kernel_init(module.kernel_init, matmul),
+    kernel = module.param("kernel", layer_utils.resolve_kernel_init(module.kernel_init, matmul, conv=op),
                           op.w_shape, module.param_dtype)
     if module.weight_norm:
         scale = module.param("scale", nn.initializers.ones_init(), (module.features,), module.param_dtype)
@@ -85,7 +85,7 @@ class BlockSparseConv(_FrozenLayoutMixin, nn.Module):
         op_type = BlockSparseConvTransposeOp if self.transpose else BlockSparseConvOp
         op = op_type(matmul.layout, self.block_size, self.kernel_size, self.strides, self.padding,
                      self.dilation, precision=self.precision)
-        return _apply(self, matmul, op, inputs)
+        return layer_utils.over_images(lambda images: _apply(self, matmul, op, images), inputs)
 
 
 class SparseLSTMCell(nn.RNNCellBase):
@@ -115,6 +115,8 @@ class SparseLSTMCell(nn.RNNCellBase):
     @nn.compact
     def __call__(self, carry, inputs):
         c, h = carry
+        check_hidden_features(self.features, validation.check_block_size(self.block_size), name="features")
+        check_carry(h, self.features, name="features")
         hb = self.features // self.block_size
         width = 4 * self.features
         common = dict(dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision)

@@ -29,3 +29,7 @@ class BlockSparseConv(_BlockSparseLayer):
                           precision=precision)
         self._init_params(out_features, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
                           kernel_init=kernel_init, bias_init=bias_init, weight_norm=weight_norm, rngs=rngs)
+
+    def __call__(self, inputs):
+        """inputs: (..., H, W, in_features), any number of leading batch axes, as ``nnx.Conv``."""
+        return layer_utils.over_images(super().__call__, inputs)

@@ -22,7 +22,7 @@ class _BlockSparseLayer(nnx.Module):
                      weight_norm, rngs):
         self.out_features = out_features
         self.use_bias, self.dtype, self.param_dtype, self.weight_norm = use_bias, dtype, param_dtype, weight_norm
-        init = layer_utils.resolve_kernel_init(kernel_init, self.matmul)
+        init = layer_utils.resolve_kernel_init(kernel_init, self.matmul, conv=self.op)
         self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype))
         self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype)) if use_bias
                      else nnx.data(None))
@@ -76,9 +76,12 @@ class BlockSparseLinear(_BlockSparseLayer):
       layout: bool/0-1 array of shape (in_features // bs, out_features // bs). Static: held by
         the layer's op object (hashable), never traced.
       block_size: 8, 16, 32 or 64.
-      kernel_init: callable ``init(key, shape, dtype)``, or "fan_in" (default: variance 1/fan-in
-        of each output unit, fan-in = block_size x nonzero blocks of its block column) or
-        "identity".
+      kernel_init: "fan_in" (default: variance 1/fan-in of each output unit, fan-in =
+        block_size x nonzero blocks of its block column), "identity", or a callable
+        ``init(key, shape, dtype)``: a dense initialiser (``nnx.initializers.lecun_normal()``,
+        ``orthogonal()``, ...) is drawn per output block column over that column's real inputs
+        (``jbs.initializers.per_block_column``), so it sees each unit's true fan-in; one marked
+        with ``jbs.initializers.packed`` gets the packed shape ``(nnz, bs, bs)`` itself.
       dtype: computation dtype (default: promote input and parameters, as ``nnx.Linear``).
       param_dtype: parameter dtype.
       precision: float32 matmul accuracy (None, "default", "highest" or a ``lax.Precision``).
