@@ -18,13 +18,23 @@ def _check_positive(name, value):
 def _check_seed(seed):
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int (layouts are deterministic), got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     return int(seed)
 
 
+def _check_fraction(name, value, low_inclusive):
+    """A real number in (0, 1] (or [0, 1]), as a float; anything else names ``name``."""
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not (0.0 <= value if low_inclusive else 0.0 < value) or not value <= 1.0:
+        raise ValueError(f"{name} must be in {'[' if low_inclusive else '('}0, 1], got {value!r}")
+    return value
+
+
 def _check_density(density):
-    if not 0.0 < float(density) <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {density!r}")
-    return float(density)
+    return _check_fraction("density", density, low_inclusive=False)
 
 
 def random(rows: int, cols: int, density: float, *, seed: int) -> np.ndarray:
@@ -63,9 +73,8 @@ def watts_strogatz(n: int, k: int, p: float, *, seed: int) -> np.ndarray:
         raise ValueError(f"watts_strogatz needs an even k (k/2 neighbours on each side), got k={k}")
     if k >= n:
         raise ValueError(f"watts_strogatz needs k < n, got k={k}, n={n}")
-    if not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p!r}")
-    return _graph_layout(nx.watts_strogatz_graph(n, k, float(p), seed=_check_seed(seed)), n)
+    p = _check_fraction("p", p, low_inclusive=True)
+    return _graph_layout(nx.watts_strogatz_graph(n, k, p, seed=_check_seed(seed)), n)
 
 
 def block_diagonal(num_groups: int, group_rows: int, group_cols: int | None = None) -> np.ndarray:
@@ -84,12 +93,18 @@ def magnitude_prune(weights, block_size: int, density: float) -> np.ndarray:
 
     block_size = check_block_size(block_size)
     weights = np.asarray(weights)
+    if not (np.issubdtype(weights.dtype, np.floating) or np.issubdtype(weights.dtype, np.integer)
+            or weights.dtype == bool):
+        raise TypeError(f"weights must be a real (C, K) matrix, got dtype {weights.dtype}")
     if weights.ndim != 2 or weights.shape[0] % block_size or weights.shape[1] % block_size:
         raise ValueError(f"weights must be a 2-D (C, K) matrix with C and K multiples of "
                          f"block_size={block_size}; got shape {weights.shape}")
     cb, kb = weights.shape[0] // block_size, weights.shape[1] // block_size
     blocks = weights.astype(np.float64).reshape(cb, block_size, kb, block_size)
     norms = np.sqrt(np.square(blocks).sum(axis=(1, 3))).ravel()
+    if not np.isfinite(norms).all():
+        raise ValueError(f"weights must be finite to rank blocks by norm; {np.sum(~np.isfinite(norms))} "
+                         "blocks hold a NaN or an infinity")
     count = max(1, round(_check_density(density) * norms.size))
     keep = np.argsort(-norms, kind="stable")[:count]
     layout = np.zeros(norms.size, dtype=bool)

@@ -134,3 +134,50 @@ def test_vmap_over_zero_stacked_weights():
     bsmm = jbs.BlockSparseMatMul(LAYOUT, 8)
     y = jax.vmap(bsmm, in_axes=(None, 0))(jnp.ones((3, 16)), jnp.ones((0,) + bsmm.w_shape))
     assert y.shape == (0, 3, 24)
+
+
+def test_layout_generators_name_the_bad_number():
+    for call, error, message in (
+            (lambda: jbs.layouts.random(3, 3, 0.5, seed=-1), ValueError, "seed must be a non-negative int, got -1"),
+            (lambda: jbs.layouts.barabasi_albert(6, 2, seed=-1), ValueError, "seed must be a non-negative"),
+            (lambda: jbs.layouts.random(3, 3, None, seed=0), TypeError, "density must be a number, got None"),
+            (lambda: jbs.layouts.random(3, 3, "0.5", seed=0), TypeError, "density must be a number, got '0.5'"),
+            (lambda: jbs.layouts.watts_strogatz(6, 2, None, seed=0), TypeError, "p must be a number, got None")):
+        with pytest.raises(error, match=message):
+            call()
+
+
+def test_magnitude_prune_needs_finite_real_weights():
+    nan = np.ones((16, 16))
+    nan[3, 9] = np.nan
+    with pytest.raises(ValueError, match="finite.*1 blocks hold a NaN"):
+        jbs.layouts.magnitude_prune(nan, 8, 0.5)
+    for bad in (np.ones((16, 16), complex), np.full((16, 16), "a")):
+        with pytest.raises(TypeError, match=f"weights must be a real .* got dtype {bad.dtype}"):
+            jbs.layouts.magnitude_prune(bad, 8, 0.5)
+    assert np.isnan(nan).sum() == 1 and nan[0, 0] == 1  # the caller's array is left as it was
+
+
+def test_sparse_cells_and_widths_name_the_bad_argument():
+    jax = pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    import jbs.linen
+    import jbs.nn
+    layout = np.ones((4, 4), bool)
+    for hidden, error, message in ((0, ValueError, "hidden_features must be at least 1, got 0"),
+                                   (32.0, TypeError, "hidden_features must be an int, got 32.0"),
+                                   (36, ValueError, "hidden_features=36 must be a multiple of block_size=8")):
+        with pytest.raises(error, match=message):
+            jbs.nn.SparseLSTMCell(8, hidden, layout=layout, block_size=8, rngs=nnx.Rngs(0))
+    cell = jbs.nn.SparseLSTMCell(8, 32, layout=layout, block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"carry's h must have hidden_features=32 .* got shape \(2, 16\)"):
+        cell((jnp.zeros((2, 16)), jnp.zeros((2, 16))), jnp.zeros((2, 8)))
+    linen = jbs.linen.SparseLSTMCell(30, layout=layout, block_size=8)
+    with pytest.raises(ValueError, match="features=30 must be a multiple of block_size=8"):
+        linen.init(jax.random.key(0), (jnp.zeros((2, 30)), jnp.zeros((2, 30))), jnp.zeros((2, 8)))
+    for kwargs, error, message in (({"dense_width": -3072}, ValueError, "dense_width must be at least 1"),
+                                   ({"block_size": 7}, ValueError, "block_size must be one of"),
+                                   ({"input_features": -1}, ValueError, "input_features must be at least 0"),
+                                   ({"density": None}, TypeError, "density must be a number")):
+        with pytest.raises(error, match=message):
+            jbs.nn.sparse_width_for_params(**{"dense_width": 3072, "density": 0.03, **kwargs})

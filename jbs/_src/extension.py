@@ -98,5 +98,7 @@ def backend_info() -> BackendInfo:
         module, reason = None, (f"the {gpu.device_kind} GPU (compute capability "
                                 f"{gpu.compute_capability}) is older than the kernels' sm_80; "
                                 f"jbs runs the reference path on it")
+    if module is not None and not gpus:
+        reason = "the CUDA extension is compiled and registered, but jax sees no GPU"
     return BackendInfo(cuda_kernels=module is not None, reason=reason, jax_version=jax.__version__,
                        extension_built_against=built, gpu_present=bool(gpus))

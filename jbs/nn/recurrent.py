@@ -29,6 +29,28 @@ def gate_layout(layout, hidden_blocks: int, gates: int) -> np.ndarray:
                      f"{gates * hidden_blocks} (one per gate); got shape {layout.shape}")
 
 
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_hidden_features(hidden_features, block_size, name: str = "hidden_features") -> None:
+    """A positive multiple of block_size (checked before the layouts, whose errors would
+    otherwise speak of block columns)."""
+    _check_int(name, hidden_features, minimum=1)
+    if hidden_features % block_size:
+        raise ValueError(f"{name}={hidden_features} must be a multiple of block_size={block_size}")
+
+
+def check_carry(h, hidden_features, name: str = "hidden_features") -> None:
+    if h.shape[-1:] != (hidden_features,):
+        raise ValueError(f"the carry's h must have {name}={hidden_features} features in its last axis; "
+                         f"got shape {h.shape}")
+
+
 def sparse_width_for_params(dense_width: int, density: float, *, input_features: int = 0,
                             block_size: int = 32, gates: int = 4) -> int:
     """Hidden width of a sparse cell with about the parameters of a dense cell of ``dense_width``.
@@ -38,6 +60,12 @@ def sparse_width_for_params(dense_width: int, density: float, *, input_features:
     E.g. ``sparse_width_for_params(3072, 0.03)`` is about 17.7k: the seed's ~3k dense against
     ~18k sparse units at ~97% sparsity.
     """
+    dense_width = _check_int("dense_width", dense_width, minimum=1)
+    input_features = _check_int("input_features", input_features, minimum=0)
+    block_size = validation.check_block_size(block_size)
+    _check_int("gates", gates, minimum=1)
+    if isinstance(density, bool) or not isinstance(density, (int, float, np.integer, np.floating)):
+        raise TypeError(f"density must be a number, got {density!r}")
     if not 0.0 < density <= 1.0:
         raise ValueError(f"density must be in (0, 1], got {density!r}")
     dense_params = dense_width * dense_width + input_features * dense_width
@@ -106,8 +134,7 @@ class SparseLSTMCell(_SparseCellBase):
                  bias_init=default_bias_init, dtype=None, param_dtype=jnp.float32,
                  precision=None, rngs: nnx.Rngs):
         block_size = validation.check_block_size(block_size)
-        if hidden_features % block_size:
-            raise ValueError(f"hidden_features={hidden_features} must be a multiple of block_size={block_size}")
+        check_hidden_features(hidden_features, block_size)
         self.in_features = in_features
         self.hidden_features = hidden_features
         self.gate_fn = gate_fn
@@ -139,6 +166,7 @@ class SparseLSTMCell(_SparseCellBase):
 
     def __call__(self, carry, inputs):
         c, h = carry
+        check_carry(h, self.hidden_features)
         return self._step(c, self.dense_i(inputs), self.dense_h(h))
 
 
@@ -166,5 +194,6 @@ class SparseMLSTMCell(SparseLSTMCell):
 
     def __call__(self, carry, inputs):
         c, h = carry
+        check_carry(h, self.hidden_features)
         m = self.dense_mx(inputs) * self.dense_mh(h)
         return self._step(c, self.dense_i(inputs), self.dense_h(m))
