@@ -24,10 +24,10 @@ def test_floor_ratio_and_microseconds_over_the_floor():
                _record("jbs", 6.5, density=1 / 32, floor_us=5.0),      # floor + 1.5 us: met
                _record("jbs", 9.0, op="dx", density=1 / 64, floor_us=3.0)]  # floor + 6 us: not met
     got = _by_target(targets.check(records))
-    assert got == {("seed shape fwd / dx, bs 32, 1/2-1/16", "forward", 1 / 2): (1.2, True),
-                   ("seed shape fwd / dx, bs 32, 1/2-1/16", "dx", 1 / 4): (1.5, False),
-                   ("seed shape fwd / dx, bs 32, 1/32-1/64", "forward", 1 / 32): (1.5, True),
-                   ("seed shape fwd / dx, bs 32, 1/32-1/64", "dx", 1 / 64): (6.0, False)}
+    assert got == {("32 x 12288^2 fwd / dx, bs 32, 1/2-1/16", "forward", 1 / 2): (1.2, True),
+                   ("32 x 12288^2 fwd / dx, bs 32, 1/2-1/16", "dx", 1 / 4): (1.5, False),
+                   ("32 x 12288^2 fwd / dx, bs 32, 1/32-1/64", "forward", 1 / 32): (1.5, True),
+                   ("32 x 12288^2 fwd / dx, bs 32, 1/32-1/64", "dx", 1 / 64): (6.0, False)}
 
 
 def test_rates_are_against_the_dense_peer_of_the_same_case():
@@ -62,8 +62,8 @@ def test_cases_outside_every_target_are_not_judged():
 def test_markdown_reports_uncovered_targets_and_never_counts_them_met():
     records = [_record("jbs", 48.0), _record("jbs", 60.0, op="dx")]
     text = targets.markdown(GPU_RUN, records)
-    assert "| seed shape fwd / dx, bs 32, 1/2-1/16 | <= 1.25 x floor | 1 / 2 | dx bfloat16 bs 32 1/2: 1.50 |" in text
-    assert "Not covered by this run: seed shape fwd / dx, bs 32, 1/32-1/64;" in text
+    assert "| 32 x 12288^2 fwd / dx, bs 32, 1/2-1/16 | <= 1.25 x floor | 1 / 2 | dx bfloat16 bs 32 1/2: 1.50 |" in text
+    assert "Not covered by this run: 32 x 12288^2 fwd / dx, bs 32, 1/32-1/64;" in text
     assert "conv bf16, bs 32, 1/4." in text
     every = targets.markdown(GPU_RUN, records, every_case=True)
     assert "| forward bfloat16 bs 32 1/2 | 1.20 | yes |" in every and "| dx bfloat16 bs 32 1/2 | 1.50 | no |" in every
@@ -81,4 +81,4 @@ def test_the_command_line_reads_a_results_file(tmp_path, capsys):
                     '"density": 0.25, "suite": "matmul", "impl": "jbs", "us": 130.0, "floor_us": 100.0, '
                     '"tflops": 1.0}]}')
     assert targets.main([str(path)]) == 0
-    assert "| seed shape training step, bs 32 | <= 1.4 x floor | 1 / 1 |" in capsys.readouterr().out
+    assert "| 32 x 12288^2 training step, bs 32 | <= 1.4 x floor | 1 / 1 |" in capsys.readouterr().out

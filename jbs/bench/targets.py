@@ -85,14 +85,14 @@ BOTH = ("bfloat16", "float32")
 
 # Issue 3 (block-sparse matmul kernels) and issue 4 (block-sparse convolution), as filed.
 TARGETS = (
-    Target("seed shape fwd / dx, bs 32, 1/2-1/16", lambda r: _matmul(
+    Target("32 x 12288^2 fwd / dx, bs 32, 1/2-1/16", lambda r: _matmul(
         r, SEED_SHAPE, FWD_DX, BOTH, (32,), HALF_TO_SIXTEENTH), "x floor", 1.25),
-    Target("seed shape fwd / dx, bs 32, 1/32-1/64", lambda r: _matmul(
+    Target("32 x 12288^2 fwd / dx, bs 32, 1/32-1/64", lambda r: _matmul(
         r, SEED_SHAPE, FWD_DX, BOTH, (32,), (1 / 32, 1 / 64)), "us over floor", 2.0),
-    Target("seed shape, bs 16 and 8", lambda r: _matmul(
+    Target("32 x 12288^2, bs 16 and 8", lambda r: _matmul(
         r, SEED_SHAPE, ("forward", "dx", "dw"), BOTH, (8, 16), (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64)),
         "x floor", 1.5),
-    Target("seed shape training step, bs 32", lambda r: _matmul(
+    Target("32 x 12288^2 training step, bs 32", lambda r: _matmul(
         r, SEED_SHAPE, ("step",), BOTH, (32,), (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64)),
         "x floor", 1.4),
     Target("8192^3 bf16, bs 64, 1/2-1/8", lambda r: _matmul(

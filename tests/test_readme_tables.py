@@ -1,0 +1,27 @@
+"""The README's performance tables are the committed results' figures: regenerated from the
+JSON files each table's marker names, they come out as the README has them."""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_readme_tables_match_their_results_files():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("<!-- readme_tables:") >= 4  # targets, seed, large, conv
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_tables.py"), "--check", "README.md"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_stale_table_is_caught(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    stale = readme.replace("| 1/2 | 51.8 (1.34x) |", "| 1/2 | 41.8 (1.08x) |", 1)
+    assert stale != readme
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
+    (tmp_path / "README.md").write_text(stale)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_tables.py"), "--check", "README.md"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 1 and "differs" in done.stdout
