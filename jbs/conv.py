@@ -138,6 +138,8 @@ class _ConvBase:
             raise ValueError(f"the input of {h}x{wd} pixels with padding {pads} is smaller than the "
                              f"dilated kernel {self._dilated_kernel()}: the output would be "
                              f"{out_hw[0]}x{out_hw[1]}")
+        if self.nnz == 0:  # an all-zero kernel (a layout without blocks): nothing to launch
+            return jnp.zeros((n,) + tuple(out_hw) + (self.features[1],), x.dtype)
         geometry = geometry_for(self.kernel_size, (h, wd), out_hw, self.strides, self.dilation,
                                 tuple(lo for lo, _ in pads))
         taps_nnz = geometry.num_taps * self.nnz

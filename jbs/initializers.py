@@ -57,7 +57,7 @@ def per_block_column(init, layout, block_size: int):
     groups = [(int(f), np.flatnonzero(blocks_per_column == f)) for f in np.unique(blocks_per_column) if f > 0]
     # Packed index of every block, in the order the groups' draws come out (column by column,
     # rows ascending within a column, as np.nonzero packs them).
-    drawn_order = np.concatenate([np.flatnonzero(cols == c) for _, columns in groups for c in columns])
+    drawn_order = np.concatenate([np.flatnonzero(cols == c) for _, columns in groups for c in columns] or [[]])
     to_packed = np.argsort(drawn_order)
     expected = (rows.size, block_size, block_size)
 
@@ -77,6 +77,8 @@ def per_block_column(init, layout, block_size: int):
             drawn = drawn.reshape((columns.size,) + taps + (fan_in_blocks, block_size, block_size))
             parts.append(jnp.moveaxis(drawn, 0, len(taps)).reshape(
                 taps + (columns.size * fan_in_blocks, block_size, block_size)))
+        if not parts:  # a layout without blocks
+            return jnp.zeros(shape, dtype)
         return jnp.concatenate(parts, axis=len(taps))[..., to_packed, :, :].astype(dtype)
 
     return packed(packed_init)

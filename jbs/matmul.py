@@ -110,6 +110,8 @@ class BlockSparseMatMul:
         if w.shape != self.w_shape:
             raise ValueError(f"w must have shape w_shape={self.w_shape}; got {w.shape}")
         batch_shape = x.shape[:-1]
+        if self.nnz == 0:  # W is all zeros (a random 0/1 layout can be): nothing to launch
+            return jnp.zeros(batch_shape + (k,), dtype)
         rows = math.prod(batch_shape)
         y = bsmm_fwd_p.bind(x.reshape(1, rows, c), w.astype(dtype)[None], *self._tables,
                             precision=self._precision)
@@ -123,6 +125,8 @@ class BlockSparseMatMul:
         if w.shape[-3:] != self.w_shape:
             raise ValueError(f"w must have shape (..., {', '.join(map(str, self.w_shape))}); got {w.shape}")
         cb, kb = self._layout.shape
+        if self.nnz == 0:
+            return jnp.zeros(w.shape[:-3] + self.shape, w.dtype)
         # (a gather from the packed blocks: XLA's scatter of them into zeros ran ~10x slower on a GPU)
         index = dense_fallback.block_index(jnp.asarray(self._rows, jnp.int32), jnp.asarray(self._cols, jnp.int32),
                                            cb, kb)

@@ -56,9 +56,9 @@ def test_layout_of_strings():
         jbs.BlockSparseMatMul(np.array([["a", "b"]]), 8)
 
 
-def test_all_zero_layout():
-    with pytest.raises(ValueError, match=r"layout of shape \(2, 3\) has no nonzero block"):
-        jbs.BlockSparseMatMul(np.zeros((2, 3), bool), 8)
+def test_layout_without_blocks_or_without_rows():
+    with pytest.raises(ValueError, match=r"layout must have at least one block row and column, got shape \(0, 3\)"):
+        jbs.BlockSparseMatMul(np.zeros((0, 3), bool), 8)
 
 
 @pytest.mark.parametrize("bs", [0, 4, 12, 128, -8])

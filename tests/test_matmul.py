@@ -75,6 +75,26 @@ def test_empty_output_block_columns_are_exact_zeros(rng):
     assert (y[:, empty] == 0).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_layout_without_blocks_multiplies_by_zero(rng, dtype):
+    """np.random.randint(2, size=...) can draw no block at all: W is then zero, and so are the
+    output and the gradients (of the packed weights' (0, bs, bs) shape), under every transform."""
+    bsmm = jbs.BlockSparseMatMul(np.zeros((2, 3), int), 8)
+    assert bsmm.w_shape == (0, 8, 8) and bsmm.density == 0
+    x, w = random_array(rng, (5, 16), dtype), jnp.ones(bsmm.w_shape, dtype)
+    y = jax.jit(bsmm)(x, w)
+    assert y.shape == (5, 24) and y.dtype == dtype and not np.asarray(y, np.float32).any()
+    dx, dw = jax.grad(lambda x, w: jnp.sum(bsmm(x, w).astype(jnp.float32)), argnums=(0, 1))(x, w)
+    assert dx.shape == x.shape and not np.asarray(dx, np.float32).any() and dw.shape == (0, 8, 8)
+    assert jax.vmap(bsmm, in_axes=(None, 0))(x, jnp.ones((3, 0, 8, 8), dtype)).shape == (3, 5, 24)
+    np.testing.assert_array_equal(bsmm.to_dense(w), np.zeros((16, 24)))
+    assert bsmm.from_dense(random_array(rng, (16, 24), dtype)).shape == (0, 8, 8)
+    conv = jbs.BlockSparseConv(np.zeros((2, 3)), 8, 3, strides=2)
+    assert conv(random_array(rng, (2, 7, 6, 16), dtype), jnp.ones(conv.w_shape, dtype)).shape == (2, 4, 3, 24)
+    up = jbs.BlockSparseConvTranspose(np.zeros((2, 3)), 8, 3, strides=2)
+    assert up(random_array(rng, (2, 7, 6, 16), dtype), jnp.ones(up.w_shape, dtype)).shape == (2, 14, 12, 24)
+
+
 def test_nan_and_inf_propagate_only_through_nonzero_blocks(rng):
     layout = np.array([[1, 0], [0, 1], [0, 0]], bool)  # block row 2 feeds nothing
     bsmm = jbs.BlockSparseMatMul(layout, 8)

@@ -410,3 +410,19 @@ def test_conv_layer_takes_nnx_convs_inputs_and_paddings(rng, padding):
     np.testing.assert_allclose(linen.apply(params, x[0, 1]), dense(x[0, 1]), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match=r"inputs must be images \(\.\.\., H, W, C\); got shape \(6, 16\)"):
         layer(x[0, 0, 0])
+
+
+def test_layers_over_a_layout_without_blocks(rng):
+    """Every layer accepts a layout that drew no block: its kernel is (0, bs, bs) and its
+    output the bias (or the LSTM run on x alone)."""
+    empty = np.zeros((2, 3), int)
+    x = random_array(rng, (4, 16), jnp.float32)
+    for init in (None, nnx.initializers.lecun_normal()):
+        layer = jbs.nn.BlockSparseLinear(16, 24, layout=empty, block_size=8, kernel_init=init, weight_norm=True,
+                                         rngs=nnx.Rngs(0))
+        assert layer.kernel[...].shape == (0, 8, 8)
+        np.testing.assert_array_equal(layer(x), np.broadcast_to(layer.bias[...], (4, 24)))
+    conv = jbs.nn.BlockSparseConv(16, 24, (2, 3), layout=empty, block_size=8, rngs=nnx.Rngs(0))
+    assert conv(random_array(rng, (2, 5, 5, 16), jnp.float32)).shape == (2, 5, 5, 24)
+    cell = jbs.nn.SparseLSTMCell(8, 16, layout=np.zeros((2, 2)), block_size=8, rngs=nnx.Rngs(0))
+    assert nnx.RNN(cell, rngs=nnx.Rngs(0))(random_array(rng, (2, 3, 8), jnp.float32)).shape == (2, 3, 16)

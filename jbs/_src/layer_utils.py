@@ -3,6 +3,8 @@ weight normalisation over the nonzero blocks."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -91,7 +93,8 @@ def column_norms(op: BlockSparseMatMul, kernel) -> jax.Array:
     """L2 norm of each output unit's weights over the nonzero blocks (and over the filter taps,
     the leading axes of a conv kernel ``(kh, kw, nnz, bs, bs)``): shape (K,)."""
     _, cols = np.nonzero(op.layout)
-    squares = jnp.square(kernel.astype(jnp.float32)).reshape((-1,) + kernel.shape[-3:]).sum(axis=(0, 2))
+    taps = math.prod(kernel.shape[:-3])  # (explicit: a reshape to -1 cannot size an empty kernel)
+    squares = jnp.square(kernel.astype(jnp.float32)).reshape((taps,) + kernel.shape[-3:]).sum(axis=(0, 2))
     per_block_column = jax.ops.segment_sum(squares, cols, num_segments=op.layout.shape[1])  # (Kb, bs)
     # A safe sqrt: an all-zero unit (identity init on a non-square layout, pruned weights) must
     # give a zero, not a NaN, gradient.

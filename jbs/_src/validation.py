@@ -12,7 +12,8 @@ FLOAT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.f
 
 
 def as_layout(layout, name: str = "layout") -> np.ndarray:
-    """A read-only, C-contiguous bool copy of a 2-D 0/1 (or bool) array."""
+    """A read-only, C-contiguous bool copy of a 2-D 0/1 (or bool) array. A layout without any
+    nonzero block is valid: its op multiplies by a zero matrix."""
     if isinstance(layout, jax.core.Tracer):
         raise TypeError(f"{name} must be concrete host data (numpy), not a traced value: a layout "
                         "is static, so pass it from outside jit/grad/vmap")
@@ -26,9 +27,8 @@ def as_layout(layout, name: str = "layout") -> np.ndarray:
             bad = array[~np.isin(array, (0, 1))].ravel()[:3]
             raise ValueError(f"{name} must hold only 0 and 1, got values such as {bad.tolist()}")
     result = np.array(array, dtype=bool, order="C")  # a copy: the caller's array is never aliased
-    if not result.any():
-        raise ValueError(f"{name} of shape {result.shape} has no nonzero block; "
-                         "a block-sparse op needs at least one")
+    if 0 in result.shape:
+        raise ValueError(f"{name} must have at least one block row and column, got shape {result.shape}")
     result.setflags(write=False)
     return result
 
