@@ -426,3 +426,14 @@ def test_layers_over_a_layout_without_blocks(rng):
     assert conv(random_array(rng, (2, 5, 5, 16), jnp.float32)).shape == (2, 5, 5, 24)
     cell = jbs.nn.SparseLSTMCell(8, 16, layout=np.zeros((2, 2)), block_size=8, rngs=nnx.Rngs(0))
     assert nnx.RNN(cell, rngs=nnx.Rngs(0))(random_array(rng, (2, 3, 8), jnp.float32)).shape == (2, 3, 16)
+
+
+def test_flax_layers_are_reachable_from_import_jbs_alone():
+    """``import jbs`` then ``jbs.nn`` / ``jbs.linen`` (imported on first use: flax is optional)."""
+    import os
+    import subprocess
+    import sys
+    code = "import jbs; print(jbs.nn.BlockSparseLinear.__name__, jbs.linen.BlockSparseDense.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0 and done.stdout.split() == ["BlockSparseLinear", "BlockSparseDense"], done.stderr
