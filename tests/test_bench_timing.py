@@ -18,3 +18,28 @@ def test_mixed_sets_are_distinct_and_walk_every_set():
 def test_mixed_sets_leave_single_member_sets_alone():
     sets = [(f"v{i}",) for i in range(4)]
     assert mixed_sets(sets, min_ops=64) == sets
+
+
+def test_the_benchmark_command_runs_on_a_cpu_briefly(tmp_path, capsys):
+    """jbs-bench without a GPU: the reference path at a small size, sampled briefly (a
+    demonstration of the command), with the JSON fields, the table and the targets' note."""
+    import json
+
+    import jax
+    from jbs.bench import __main__ as bench, timing
+    if any(d.platform == "gpu" for d in jax.devices()):
+        import pytest
+        pytest.skip("the CPU demonstration mode; a GPU runs the real sweep")
+    try:
+        assert bench.main(["--suite", "matmul", "--ops", "forward,dw", "--out", str(tmp_path)]) == 0
+    finally:
+        timing.use_sampling(timing.FULL)
+    records = json.loads((tmp_path / "matmul_cpu_reference.json").read_text())["records"]
+    assert {r["op"] for r in records} == {"forward", "dw"} and {r["impl"] for r in records} >= {"jbs", "xla_dense"}
+    for r in records:
+        assert {"op", "impl", "dtype", "n", "c", "k", "block_size", "density", "us", "floor_us"} <= r.keys()
+        assert r["us"] > 0 and r["floor_us"] > 0
+    table = (tmp_path / "matmul_cpu_reference.md").read_text()
+    assert "| matmul | forward | float32 | 32 x 1024 -> 1024 |" in table
+    assert "this run timed the reference path" in table
+    assert "not figures to quote" in capsys.readouterr().out

@@ -77,8 +77,10 @@ def main(argv=None) -> int:
                  [cases_lib.ConvCase(op, "float32", 4, 8, 64, 64, (3, 3), 16, 0.25) for op in conv_ops])
         sweep += [("conv", case) for case in cases]
     if not on_gpu:
-        print("\nNo GPU kernels here: timing the reference path at a small size. "
-              "Kernel timings need a CUDA GPU.\n", flush=True)
+        print("\nNo GPU kernels here: timing the reference path at a small size, briefly "
+              "(a demonstration of the command, not figures to quote). Kernel timings need a "
+              "CUDA GPU.\n", flush=True)
+        timing.use_sampling(timing.DEMONSTRATION)
     if args.only:
         sweep = [(suite, case) for suite, case in sweep if eval(args.only, {}, dict(case.__dict__))]  # noqa: S307
         print(f"--only {args.only!r}: {len(sweep)} cases", flush=True)

@@ -10,6 +10,7 @@ the dispatch and sync gap (measured: 230-700 us per call on the H200) to every o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -20,9 +21,36 @@ import jax.numpy as jnp
 L2_BYTES = 64 * 2**20  # at least the L2 of an H100/H200 (50-60 MB)
 
 
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How much each timed chain samples: ``calls`` dispatches per batch, the median of
+    ``batches``, after ``warmup`` calls; at most ``max_sets`` input sets and ``max_ops`` ops
+    (None: as many as the caller asks)."""
+
+    calls: int = 20
+    batches: int = 5
+    warmup: int = 3
+    max_sets: int = 64
+    max_ops: int | None = None
+
+
+FULL = Sampling()
+# The reference path on a CPU: there jbs-bench shows that the command works and what it
+# prints, not figures to quote; the full sampling (256-op chains, 100 calls) takes hours on two
+# cores.
+DEMONSTRATION = Sampling(calls=1, batches=3, warmup=1, max_sets=4, max_ops=4)
+_sampling = FULL
+
+
+def use_sampling(sampling: Sampling) -> None:
+    global _sampling
+    _sampling = sampling
+
+
 def rotation(bytes_per_set: int, minimum: int = 4, maximum: int = 64) -> int:
     """How many input sets to rotate through so that they overflow L2 three times."""
-    return max(minimum, min(maximum, math.ceil(3 * L2_BYTES / max(bytes_per_set, 1))))
+    maximum = min(maximum, _sampling.max_sets)
+    return max(min(minimum, maximum), min(maximum, math.ceil(3 * L2_BYTES / max(bytes_per_set, 1))))
 
 
 def mixed_sets(input_sets, min_ops: int):
@@ -43,10 +71,16 @@ def mixed_sets(input_sets, min_ops: int):
             for r in range(repeats) for i in range(count)]
 
 
-def time_chain(fn, input_sets, *, calls: int = 20, batches: int = 5, warmup: int = 3,
-               min_ops: int = 0) -> float:
+def time_chain(fn, input_sets, *, calls: int | None = None, batches: int | None = None,
+               warmup: int | None = None, min_ops: int = 0) -> float:
     """Median microseconds of one ``fn(*inputs)`` over a jitted chain of all input sets
-    (re-paired by ``mixed_sets`` into up to ``min_ops`` ops when min_ops > len(input_sets))."""
+    (re-paired by ``mixed_sets`` into up to ``min_ops`` ops when min_ops > len(input_sets));
+    what is not given comes from the sampling in use (``use_sampling``)."""
+    calls = _sampling.calls if calls is None else calls
+    batches = _sampling.batches if batches is None else batches
+    warmup = _sampling.warmup if warmup is None else warmup
+    if _sampling.max_ops is not None:
+        min_ops = min(min_ops, _sampling.max_ops)
     arrange = lambda sets: mixed_sets(sets, min_ops) if min_ops > len(sets) else list(sets)
     num_ops = len(arrange(input_sets))
     chain = jax.jit(lambda sets: [fn(*inputs) for inputs in arrange(sets)])
