@@ -114,6 +114,19 @@ struct StreamEvenParams {
   CUtensorMap w_map;
 };
 
+#ifdef JBS_WALK_TIMES
+// Per-warp time stamps of the walk, for benchmarks/microbench/walk_timeline.cu only (jbs's own
+// build never defines JBS_WALK_TIMES): {start, first data, end, SM id} per warp of the grid,
+// %globaltimer nanoseconds, written where this points (null: nothing written).
+__device__ unsigned long long* g_walk_times = nullptr;
+
+__device__ __forceinline__ unsigned long long walk_clock_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
+
 // Whether the walk has a SWIZZLED variant for T at BS: 16-bit types at bs 16-64, fp32 at bs 32.
 template <typename T, int BS>
 inline constexpr bool kStreamEvenSwizzleSupported = kIs16Bit<T> ? BS >= 16 : BS == 32;
@@ -274,6 +287,10 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   const int base = static_cast<int>(nnz * gw / W);
   const int end = active ? static_cast<int>(nnz * (gw + 1) / W) : base;
   const int cnt = end - base;  // >= 1 for active warps since W <= nnz
+#ifdef JBS_WALK_TIMES
+  const unsigned long long walk_start = walk_clock_ns();
+  unsigned long long walk_first_data = 0;
+#endif
   // The sum kernel behind this walk may become resident now and wait there
   // (launch_even_split): its launch gap then overlaps the walk.
   griddep_launch_dependents();
@@ -383,6 +400,9 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
     cp_async_wait<S - 2>();
     if constexpr (Cfg::kBulkW) mbarrier_wait(&s_full[warp][read_stage], phase);
     __syncwarp();
+#ifdef JBS_WALK_TIMES
+    if (t == 0) walk_first_data = walk_clock_ns();
+#endif
     if (tl < cnt) {
       if ((tl & 31) == 0) {
         bcur = bnxt;
@@ -442,6 +462,17 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
     }
   }
   cp_async_wait<0>();
+#ifdef JBS_WALK_TIMES
+  if (lane == 0 && g_walk_times != nullptr) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    unsigned long long* mine = g_walk_times + 4 * (g * W + gw);
+    mine[0] = walk_start;
+    mine[1] = walk_first_data;
+    mine[2] = walk_clock_ns();
+    mine[3] = sm;
+  }
+#endif
 }
 
 // Output columns cut between warps of bsmm_stream_even_kernel (P = 1) or of

@@ -1,0 +1,257 @@
+// Where the small-N forward's time goes, warp by warp (benchmarks/NOTES.md, sessions 63-64,
+// "Next" 2). A stand-alone program, not part of the jbs build: it runs jbs's own launcher for
+// the bf16 bs 32 forward (launch_stream_even_variant: the swizzled even walk, its tiles straight
+// from x by TMA, then its sum kernel launched early) at the announcement's shape (N = 32,
+// 12288^2, a jbs.layouts.random-like layout), and
+//   1. times it as jbs-bench does, ops back to back (one CUDA graph of launches over weight
+//      copies rotated beyond L2), with and without the sum kernel's launch, against the copy
+//      rate's floor;
+//   2. records one launch's per-warp time stamps through the walk's JBS_WALK_TIMES hook
+//      (bsmm_stream_even_kernel.cuh; compiled in only here): the first warp's start to each
+//      warp's first data (the ramp), the spread of the warps' ends (the tail the fast SMs wait
+//      through) and the span.
+// Output: one markdown row per density.
+//
+// Build and run on the GPU machine (densities as denominators, default 2 4 8 16):
+//   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+//     -DJBS_WALK_TIMES -o /tmp/walk_timeline benchmarks/microbench/walk_timeline.cu && /tmp/walk_timeline 2 8
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "matmul/bsmm_launch.cuh"
+
+#ifndef JBS_WALK_TIMES
+#error "build with -DJBS_WALK_TIMES: the walk's time stamps are this program's point"
+#endif
+
+#define CHECK(x)                                                                    \
+  do {                                                                              \
+    cudaError_t e = (x);                                                            \
+    if (e != cudaSuccess) {                                                         \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+using T = __nv_bfloat16;
+constexpr int kN = 32;          // activation rows
+constexpr int kBS = 32;         // block size
+constexpr int kC = 12288;       // C = K
+constexpr int kBlocks = kC / kBS;
+constexpr double kL2Bytes = 64.0 * (1 << 20);
+
+// The forward's tables as jbs builds them (jbs/_src/tables.py): blocks packed row-major, and per
+// output block column its items [packed block, input block row], rows ascending.
+struct Layout {
+  int64_t nnz = 0;
+  std::vector<int> offsets;  // (kBlocks + 1)
+  std::vector<int> items;    // (nnz, 2)
+};
+
+static Layout random_layout(double density, uint64_t seed) {
+  std::vector<int> cells(kBlocks * kBlocks);
+  std::iota(cells.begin(), cells.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(cells.begin(), cells.end(), rng);
+  const int64_t count = std::max<int64_t>(1, static_cast<int64_t>(density * kBlocks * kBlocks + 0.5));
+  std::vector<char> present(cells.size(), 0);
+  for (int64_t i = 0; i < count; ++i) present[cells[i]] = 1;
+  std::vector<int> packed(cells.size(), -1);  // row-major packing
+  Layout l;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (present[i]) packed[i] = static_cast<int>(l.nnz++);
+  }
+  l.offsets.assign(kBlocks + 1, 0);
+  for (int k = 0; k < kBlocks; ++k) {
+    for (int c = 0; c < kBlocks; ++c) {
+      const int p = packed[c * kBlocks + k];
+      if (p < 0) continue;
+      l.items.push_back(p);
+      l.items.push_back(c);
+    }
+    l.offsets[k + 1] = static_cast<int>(l.items.size() / 2);
+  }
+  return l;
+}
+
+template <typename U>
+static U* upload(const std::vector<U>& v) {
+  U* d = nullptr;
+  CHECK(cudaMalloc(&d, v.size() * sizeof(U)));
+  CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(U), cudaMemcpyHostToDevice));
+  return d;
+}
+
+static T* random_bf16(size_t count, uint64_t seed) {
+  std::vector<T> host(count);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (auto& v : host) v = __float2bfloat16(normal(rng));
+  return upload(host);
+}
+
+// us per call of `launch` over `calls` calls captured in one graph, best of 5 replays.
+template <typename Launch>
+static double graph_us(cudaStream_t stream, int calls, Launch launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < calls; ++i) launch(i);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  double best = 1e30;
+  for (int r = 0; r < 6; ++r) {
+    CHECK(cudaEventRecord(start, stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(stop, stream));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r > 0) best = std::min(best, 1e3 * ms / calls);  // (the first replay warms)
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  return best;
+}
+
+static double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+static double g_copy_bytes_per_us = 0;
+
+static void run(int denominator, cudaStream_t stream, int sms) {
+  const Layout l = random_layout(1.0 / denominator, 1234 + denominator);
+  const size_t w_elems = static_cast<size_t>(l.nnz) * kBS * kBS;
+  const double w_bytes = 2.0 * w_elems;
+  const int copies = std::clamp(static_cast<int>(3 * kL2Bytes / w_bytes) + 1, 2, 32);
+  std::vector<T*> w(copies);
+  for (int c = 0; c < copies; ++c) w[c] = random_bf16(w_elems, 7 + c);
+  T* x = random_bf16(size_t(kN) * kC, 3);
+  T* y = nullptr;
+  CHECK(cudaMalloc(&y, size_t(kN) * kC * sizeof(T)));
+  int* offsets = upload(l.offsets);
+  int* items = upload(l.items);
+  const int64_t scratch_bytes = int64_t(64) << 20;
+  void* scratch = nullptr;
+  CHECK(cudaMalloc(&scratch, scratch_bytes));
+
+  jbs::BsmmBlocksArgs a;
+  a.in = x;
+  a.out = y;
+  a.offsets = offsets;
+  a.items = items;
+  a.rows = kN;
+  a.in_cols = kC;
+  a.out_cols = kC;
+  a.in_group_stride = 0;
+  a.w_group_stride = 0;
+  a.out_group_stride = 0;
+  a.groups = 1;
+  a.block_size = kBS;
+  a.nnz = l.nnz;
+  a.scratch = scratch;
+  a.scratch_bytes = scratch_bytes;
+  a.num_sms = sms;
+  a.w = w[0];
+  if (!jbs::use_stream_even<T, kBS>(a)) {
+    std::printf("| 1/%d | the even walk does not take this call (use_stream_even); nothing measured |\n",
+                denominator);
+    return;
+  }
+  auto op = [&](int i) {
+    a.w = w[i % copies];
+    CHECK((jbs::launch_stream_even_variant<T, kBS, false, kN>(a, stream)));
+  };
+  const int calls = copies * std::max(1, 64 / copies);
+  const double op_us = graph_us(stream, calls, op);
+  const double floor_us = (w_bytes + 2.0 * kN * kC * sizeof(T)) / g_copy_bytes_per_us;
+
+  // One launch with the walk's time stamps (after a warm one).
+  const int64_t warps_max = int64_t(sms) * 64;
+  unsigned long long* times = nullptr;
+  CHECK(cudaMalloc(&times, warps_max * 4 * sizeof(unsigned long long)));
+  CHECK(cudaMemset(times, 0, warps_max * 4 * sizeof(unsigned long long)));
+  CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &times, sizeof(times)));
+  op(0);
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaMemset(times, 0, warps_max * 4 * sizeof(unsigned long long)));
+  op(1);
+  CHECK(cudaStreamSynchronize(stream));
+  unsigned long long* none = nullptr;
+  CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &none, sizeof(none)));
+  std::vector<unsigned long long> t(warps_max * 4);
+  CHECK(cudaMemcpy(t.data(), times, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+
+  unsigned long long t0 = ~0ull;
+  for (int64_t i = 0; i < warps_max; ++i) {
+    if (t[4 * i] != 0) t0 = std::min(t0, t[4 * i]);
+  }
+  std::vector<double> starts, firsts, ramps, ends;
+  for (int64_t i = 0; i < warps_max; ++i) {
+    if (t[4 * i] == 0) continue;
+    starts.push_back((t[4 * i] - t0) * 1e-3);
+    firsts.push_back((t[4 * i + 1] - t0) * 1e-3);
+    ramps.push_back((t[4 * i + 1] - t[4 * i]) * 1e-3);
+    ends.push_back((t[4 * i + 2] - t0) * 1e-3);
+  }
+  const double span = percentile(ends, 1.0);
+  std::printf("| 1/%d | %.1f | %.1f | %.2f | %zu | %.0f | %.2f / %.2f | %.2f / %.2f / %.2f | %.2f | "
+              "%.1f / %.1f / %.1f / %.1f | %.1f | %.1f |\n",
+              denominator, op_us, floor_us, op_us / floor_us, ends.size(), double(l.nnz) / ends.size(),
+              percentile(starts, 0.5), percentile(starts, 1.0), percentile(firsts, 0.1), percentile(firsts, 0.5),
+              percentile(firsts, 1.0), percentile(ramps, 0.5), percentile(ends, 0.0), percentile(ends, 0.1),
+              percentile(ends, 0.5), percentile(ends, 0.9), span, op_us - span);
+  std::fflush(stdout);
+  for (T* p : w) CHECK(cudaFree(p));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  CHECK(cudaFree(offsets));
+  CHECK(cudaFree(items));
+  CHECK(cudaFree(scratch));
+  CHECK(cudaFree(times));
+}
+
+int main(int argc, char** argv) {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {  // the floor's copy rate, read + write, as jbs-bench measures it
+    const size_t bytes = size_t(1) << 30;
+    void *src = nullptr, *dst = nullptr;
+    CHECK(cudaMalloc(&src, bytes));
+    CHECK(cudaMalloc(&dst, bytes));
+    CHECK(cudaMemset(src, 1, bytes));
+    const double us = graph_us(stream, 8, [&](int) {
+      CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    g_copy_bytes_per_us = 2.0 * bytes / us;
+    CHECK(cudaFree(src));
+    CHECK(cudaFree(dst));
+  }
+  std::printf("%s, %d SMs, copy %.0f GB/s (read + write); bf16 fwd, N = %d, %d^2, bs %d, jbs's launcher\n\n",
+              prop.name, prop.multiProcessorCount, g_copy_bytes_per_us / 1e3, kN, kC, kBS);
+  std::printf("| density | op us | floor us | x floor | warps | items / warp | start p50 / max | first data "
+              "p10 / p50 / max | ramp p50 | end min / p10 / p50 / p90 | walk span | op - span |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<int> denominators;
+  for (int i = 1; i < argc; ++i) denominators.push_back(std::atoi(argv[i]));
+  if (denominators.empty()) denominators = {2, 4, 8, 16};
+  for (int d : denominators) run(d, stream, prop.multiProcessorCount);
+  std::printf("\nTimes in us from the walk's first warp start (one launch, %%globaltimer). 'op us': one op "
+              "of a graph of back-to-back ops over rotated weight copies (the walk and its sum kernel).\n");
+  return 0;
+}
