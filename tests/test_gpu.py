@@ -325,7 +325,7 @@ def test_warp_specialized_small_n_kernel_over_long_item_lists(rng, monkeypatch, 
 def test_warp_specialized_small_n_kernel_default_follows_memory_bandwidth(rng, monkeypatch, density):
     """fp32 at bs 32 and 32 rows takes the warp-specialized small-N kernel by default where its
     union items carry >= 2 blocks on GPUs of up to 4 TB/s of HBM (an H100), >= 3 above (an
-    H200, where the one-column kernel won at density 1/2; bsmm_launch.cuh min_stream_ws_reuse):
+    H200, where the one-column kernel won at density 1/2; launch_small_n.cuh min_stream_ws_reuse):
     density 1 (4 blocks per item) takes it everywhere, density 1/2 (~2.1) on the slower memory
     only. Against float64."""
     from test_conv_gpu import kernel_names
@@ -405,7 +405,7 @@ def test_small_n_default_takes_the_even_split_kernel_with_enough_weights(rng, mo
     side = 4096 // bs  # >= 24 MiB of blocks: 12288 of 32 x 32, 49152 of 16 x 16
     layout = heavy_column_layout(rng, side, int(side * 1.5), density=density)
     bsmm = jbs.BlockSparseMatMul(layout, bs)
-    min_bytes = (48 << 20) if dtype == jnp.float32 else (24 << 20)  # bsmm_launch.cuh use_stream_even
+    min_bytes = (48 << 20) if dtype == jnp.float32 else (24 << 20)  # launch_small_n.cuh use_stream_even
     assert bsmm.nnz * bs * bs * jnp.dtype(dtype).itemsize >= min_bytes
     x = random_array(rng, (29, bsmm.shape[0]), dtype)
     w = random_array(rng, bsmm.w_shape, dtype)
@@ -600,7 +600,7 @@ def test_tma_group_kernel_is_the_default_for_large_n(rng, monkeypatch, bs, dtype
 def test_group_kernels_take_mid_n_by_reuse(rng, monkeypatch, bs, dtype, density, rows, expected):
     """Without switches, mid-N fwd and dx (65-511 rows) take the TMA kernel (bs 32, 64) where
     the layout's reuse (blocks per union item) times the rows reaches its threshold, or from
-    384 rows (cuda/matmul/bsmm_launch.cuh: group_tma_takes_mid_n), and the wgmma group kernel
+    384 rows (cuda/matmul/launch_large_n.cuh: group_tma_takes_mid_n), and the wgmma group kernel
     (bs 16) likewise (use_group_wgmma), their groups' items cut into slices whose partials a
     second kernel sums; a sparse layout at 100 rows keeps the one-column kernel. Against
     float64, and bitwise repeatable."""
@@ -626,7 +626,7 @@ def test_group_kernels_take_mid_n_by_reuse(rng, monkeypatch, bs, dtype, density,
 
 @pytest.mark.parametrize("features,rows,pack,sliced", [(4352, 300, "", False), (512, 200, "0", True)])
 def test_wgmma_group_kernel_at_mid_n_unsliced_or_unpacked(rng, monkeypatch, features, rows, pack, sliced):
-    """bs 16 at mid N (cuda/matmul/bsmm_launch.cuh: group_wgmma_takes_mid_n). Over 4352 output
+    """bs 16 at mid N (cuda/matmul/launch_large_n.cuh: group_wgmma_takes_mid_n). Over 4352 output
     channels (34 column groups) and 300 rows (two row tiles) the grid holds more than half the
     SMs of a 132-SM GPU unsliced, so the wgmma kernel takes the call without slices (no sum
     kernel), as from 384 rows. With JBS_PACK=0 (no packed activation) the slices' partials

@@ -257,7 +257,7 @@ def test_large_n_scratch_holds_the_packed_activation(monkeypatch, block_size, se
 def test_large_n_scratch_skips_the_packed_copy_for_the_tma_kernel(monkeypatch, block_size, env, packed):
     """From 512 rows, 16-bit fwd/dx at bs 32 and 64 take the TMA-fed group kernel, which reads the
     row-major activation: no room for a packed copy, unless a switch picks an older group
-    kernel (cuda/matmul/bsmm_launch.cuh: use_group_tma, the same rule)."""
+    kernel (cuda/matmul/launch_large_n.cuh: use_group_tma, the same rule)."""
     for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
@@ -296,7 +296,7 @@ def test_mid_n_scratch_holds_the_group_kernel_slices(monkeypatch, block_size, dt
     holds after what the kernel keeps first, on a 256-byte boundary: the fp32 TMA forward's
     transposed weights (4 blocks), the wgmma kernel's packed activation (rows to 256, 2 * bs
     columns); none with JBS_MID_SLICES=0, from 512 rows or at small N (cuda/matmul/
-    bsmm_launch.cuh: mid_n_slices)."""
+    launch_large_n.cuh: mid_n_slices)."""
     for name in ("JBS_GROUP_TMA", "JBS_GROUPS", "JBS_WGMMA", "JBS_PACK"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JBS_MID_SLICES", setting)
@@ -412,7 +412,7 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
 def test_small_n_scratch_takes_the_even_split_kernel_by_default_with_enough_weights(
         monkeypatch, itemsize, block_size, nnz, room):
     """Without JBS_STREAM_EVEN the even-split kernel's scratch is reserved for 16-bit weights
-    at bs 16 and 32 from 24 MiB on (bsmm_launch.cuh kStreamEvenMinBytes: 12288 bf16 blocks of
+    at bs 16 and 32 from 24 MiB on (launch_small_n.cuh kStreamEvenMinBytes: 12288 bf16 blocks of
     32 x 32, 49152 of 16 x 16), and for fp32 at bs 32 from 48 MiB (12288 blocks) up to 32 rows
     (a superset: the kernels leave density 1 to the warp-specialized kernel), where it
     measured faster than the one-column kernel; bs 64 and fp32 at other sizes stay opt-in; with
@@ -450,7 +450,7 @@ def _group_tables(num_groups: int, items_per_group: int):
 ])
 def test_small_n_scratch_of_the_even_split_group_kernel(monkeypatch, setting, itemsize, block_size,
                                                         rows, nnz, union_items, expected):
-    """The even-split kernel over column groups (bsmm_launch.cuh use_stream_even_group) gets
+    """The even-split kernel over column groups (launch_small_n.cuh use_stream_even_group) gets
     two pieces of row tile x 128 floats per warp, for at most 1280 warps, where it would run:
     16-bit types at bs 8, 16 and 32 up to 32 rows, by default with >= 16 MiB of weights and
     union items of >= 2 (bs 16) / 3 (bs 32) / 7 (bs 8) blocks; JBS_STREAM_EVEN_GROUP=1
@@ -481,7 +481,7 @@ def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kerne
                                                              dtype, block_size, setting, row_group, halo):
     """The row group dw kernel's CTAs each own a row group of layout blocks for every tap, and the
     halo dw kernel's a layout block, so the lowering splits the rows for those CTAs where C++
-    will take those kernels (bsmm_launch.cuh: use_conv_row_group_dw, use_conv_halo_dw), and for
+    will take those kernels (launch_conv.cuh: use_conv_row_group_dw, use_conv_halo_dw), and for
     nnz CTAs elsewhere."""
     monkeypatch.setenv("JBS_PANEL_DW", "0")  # its 1x1 rule: test_weight_gradient_splits_rows_for_the_panel_dw_kernel
     if setting == "no-row-groups":
@@ -520,7 +520,7 @@ def test_conv_weight_gradient_splits_rows_for_the_halo_kernel(monkeypatch, kerne
 def test_weight_gradient_splits_rows_for_the_panel_dw_kernel(monkeypatch, op, setting, rows, expected):
     """The panel dw kernel's CTAs each hold the accumulators of up to 20 units at bs 32, so for a
     1x1 conv or a matmul with 320 -> 320 channels and every block (100) the lowering splits the
-    rows for 3 CTAs per row range where C++ will take that kernel (bsmm_launch.cuh:
+    rows for 3 CTAs per row range where C++ will take that kernel (launch_panel.cuh:
     use_panel_dw), and for one CTA per block elsewhere (lowering._dw_row_splits)."""
     monkeypatch.setenv("JBS_PANEL_DW", setting)
     layout = np.ones((10, 10), bool)

@@ -96,7 +96,7 @@ def test_1x1_conv_dw_is_bitwise_deterministic(rng):
     ({}, (40, 32, 16), 1, 0.25, True),
 ])
 def test_panel_dw_switch_and_limits(rng, monkeypatch, env, images, strides, density, expected):
-    """The default rule (bsmm_launch.cuh: use_panel_dw) and JBS_PANEL_DW, which forces the kernel
+    """The default rule (launch_panel.cuh: use_panel_dw) and JBS_PANEL_DW, which forces the kernel
     only where it can run: not on a strided conv's gathered pixels. dw correct either way."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)

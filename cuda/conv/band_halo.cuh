@@ -27,7 +27,7 @@
 
 namespace jbs {
 
-// A tile's halo geometry, filled by the dispatch (matmul/bsmm_launch.cuh: band_halo_shape).
+// A tile's halo geometry, filled by the dispatch (matmul/launch_conv.cuh: band_halo_shape).
 struct BandHaloShape {
   int top;          // band rows above a tile's first image row: max(0, -min oh)
   int band_rows;    // rows of one image's band: image_rows + top + bottom (< 256)

@@ -71,7 +71,7 @@ namespace jbs {
 
 struct ConvStripParams : GroupParams {
   CUtensorMap halo_map;  // the activations, in boxes of one strip's halo, 64-byte swizzled rows (conv/strip_halo.cuh)
-  CUtensorMap w_map;     // the weights, in boxes of one block at every tap (strip_weight_map in matmul/bsmm_launch.cuh)
+  CUtensorMap w_map;     // the weights, in boxes of one block at every tap (strip_weight_map in matmul/launch_conv.cuh)
   int nnz_per_tap;       // weight blocks of one tap: w holds taps x nnz_per_tap
   StripHaloShape halo;
   int64_t units;         // tiles x num_groups: the work items of the persistent CTAs

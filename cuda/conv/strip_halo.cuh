@@ -30,7 +30,7 @@
 
 namespace jbs {
 
-// Filled by the dispatch (matmul/bsmm_launch.cuh: strip_halo_shape, which also encodes the TMA map).
+// Filled by the dispatch (matmul/launch_conv.cuh: strip_halo_shape, which also encodes the TMA map).
 struct StripHaloShape {
   static constexpr int kAtomUnits = 32;  // a strip's halo starts on a 512-byte swizzle atom
   int top;          // halo rows above a strip: max(0, -min oh)

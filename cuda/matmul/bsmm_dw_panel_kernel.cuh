@@ -16,7 +16,7 @@
 // 1.15-1.38x faster than the stream kernel from 8 blocks per run (the lane stores then took
 // another 1.26-1.45x); at bs 32 it beats the stream kernel's staged epilogue only near full
 // panels, and at both sizes it loses where runs are 1-2 blocks (the panel load is then paid for
-// a few blocks). bsmm_launch.cuh: use_dw_panel holds the rule.
+// a few blocks). launch_small_n.cuh: use_dw_panel holds the rule.
 //
 // Walk: CTA b takes items [b nnz / G, (b + 1) nnz / G) of the panel order (G CTAs, one per
 // SM); for each panel its range meets, the CTA loads the panel, then each of its 16 warps

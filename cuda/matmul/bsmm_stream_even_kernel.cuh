@@ -2,7 +2,7 @@
 // share of all the op's items, and the weight blocks come by TMA bulk copies.
 //
 // Taken by default for 16-bit weights of >= 24 MiB at bs 16 / 32 and for fp32 weights
-// of >= 48 MiB at bs 32 and N <= 32, forced by JBS_STREAM_EVEN=1 (bsmm_launch.cuh:
+// of >= 48 MiB at bs 32 and N <= 32, forced by JBS_STREAM_EVEN=1 (launch_small_n.cuh:
 // use_stream_even). In session 11 it measured slower than the one-column kernel
 // under jbs-bench, though ~1.2x faster in microbench/seed_stream.cu: its stages
 // started at 80 mod 128 bytes in jbs's build, and the bulk copies into them cost

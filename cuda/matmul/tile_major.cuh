@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(256) tile_major_kernel(const T* __restrict__ i
                                                          int64_t groups, int64_t rows, int64_t cols, int bs,
                                                          int64_t tile_rows) {
   static_assert(!TF32 || sizeof(T) == 4, "tf32 rounding of fp32 values");
-  // A walk launched early behind this copy (bsmm_launch.cuh: launch_stream_even_swizzled) may
+  // A walk launched early behind this copy (launch_small_n.cuh: launch_stream_even_swizzled) may
   // become resident now and set up while the copy runs; it waits for the copy to complete
   // before reading it.
   griddep_launch_dependents();

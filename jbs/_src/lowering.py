@@ -52,7 +52,7 @@ def _tile_major_scratch_floats(a, block_size: int) -> int:
     """float32 elements that hold the small-N path's tile-major copy of activation ``a``
     (G or 1, N, C) after the split counters and partials (cuda/matmul/bsmm.h:
     stream_tile_major_offset; 64 more for its 256-byte alignment), or 0. The kernels read one
-    where a tile row is under a 32-byte sector (16-bit types at bs 8; cuda/matmul/bsmm_launch.cuh:
+    where a tile row is under a 32-byte sector (16-bit types at bs 8; cuda/matmul/launch_small_n.cuh:
     use_tile_major), or at every block size with JBS_TILE_MAJOR=1; never with JBS_TILE_MAJOR=0
     or past the small-N path. Per-device rows are at most the global ones."""
     setting = os.environ.get("JBS_TILE_MAJOR", "")
@@ -63,7 +63,7 @@ def _tile_major_scratch_floats(a, block_size: int) -> int:
 
 
 # Small-N path over column groups (cuda/matmul/bsmm_stream_group_kernel.cuh): counters, then
-# fp32 partials of S slices per group. Keep in sync with bsmm_launch.cuh (use_stream_groups,
+# fp32 partials of S slices per group. Keep in sync with launch_small_n.cuh (use_stream_groups,
 # min_stream_group_reuse) and bsmm_stream_group_kernel.cuh (stream_group_slices,
 # stream_group_scratch_bytes).
 def _min_stream_group_reuse(block_size: int) -> float:
@@ -90,7 +90,7 @@ def _stream_group_scratch_floats(groups: int, rows: int, block_size: int, nnz: i
 
 # Small-N path on sm_90, warp-specialized over column groups with a stream-K split
 # (cuda/matmul/bsmm_stream_ws_kernel.cuh): int counters per (group, consumer warp), then fp32
-# partials for num_groups + CTAs pieces. Keep in sync with bsmm_launch.cuh (use_stream_ws,
+# partials for num_groups + CTAs pieces. Keep in sync with launch_small_n.cuh (use_stream_ws,
 # stream_ws_counter_ints, stream_ws_max_ctas) and the kernel's kStreamWsMaxGroups. The
 # launcher uses at most one CTA per SM and no more than this scratch has room for.
 _STREAM_WS_CONSUMERS = 4
@@ -105,7 +105,7 @@ _STREAM_WS_MIN_REUSE = 2.0
 def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int, nnz: int,
                               group_offsets, group_items) -> int:
     """float32 elements of the warp-specialized small-N kernel's counters and partials, or 0
-    where the kernels would not take it (bsmm_launch.cuh use_stream_ws: by default fp32 at
+    where the kernels would not take it (launch_small_n.cuh use_stream_ws: by default fp32 at
     bs 32 with reuse nnz / union items >= 2; JBS_STREAM_WS=1 at any, =0 never; never for
     large N or too many groups). Sized for the row tile of the global rows, at least each
     device's."""
@@ -128,7 +128,7 @@ def _stream_ws_scratch_floats(groups: int, rows: int, itemsize: int, block_size:
 # types and fp32 at bs 32, unless JBS_STREAM_EVEN_SWIZZLE=0) room for a tile-major copy of the
 # activation whose tiles have row-tile rows (16-bit walks read their tiles straight from the
 # activation and use the room only where TMA cannot address that). Keep in sync with
-# bsmm_launch.cuh (use_stream_even, kStreamEvenMinBytes, kStreamEvenMinBytesF32,
+# launch_small_n.cuh (use_stream_even, kStreamEvenMinBytes, kStreamEvenMinBytesF32,
 # stream_even_max_warps, stream_even_tiled_bytes) and the kernel's kStreamEvenMaxCols. The
 # launcher uses at most 8 warps per SM and no more than this scratch has room for.
 _STREAM_EVEN_MAX_COLS = 4096
@@ -141,7 +141,7 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
                                 num_cols: int, nnz: int, precision: int, in_groups: int,
                                 in_cols: int) -> int:
     """float32 elements of the even-split small-N kernel's tiled activation (``in_groups`` of
-    ``in_cols`` columns) and pieces, or 0 where the kernels would not take it (bsmm_launch.cuh
+    ``in_cols`` columns) and pieces, or 0 where the kernels would not take it (launch_small_n.cuh
     use_stream_even): by default 16-bit types at bs 16 and 32 with at least 24 MiB of weights,
     fp32 at bs 32 and up to 32 rows from 48 MiB (its swizzled walk only);
     any bs of 16-64 with JBS_STREAM_EVEN=1; never with =0, for fp32 at HIGHEST, at large N or
@@ -167,7 +167,7 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
 
 # Small-N path on sm_90 that cuts the union items of the column groups evenly over the warps
 # (cuda/matmul/bsmm_stream_even_group_kernel.cuh): two fp32 pieces of a whole group (row tile
-# x 128 columns) per warp. Keep in sync with bsmm_launch.cuh (use_stream_even_group,
+# x 128 columns) per warp. Keep in sync with launch_small_n.cuh (use_stream_even_group,
 # stream_even_group_min_reuse, kStreamEvenGroupMinBytes, stream_even_group_max_warps) and the
 # kernel's kStreamEvenGroupMaxGroups.
 _STREAM_EVEN_GROUP_MAX_GROUPS = 1024
@@ -178,7 +178,7 @@ _STREAM_EVEN_GROUP_MIN_BYTES = 16 << 20
 def _stream_even_group_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
                                       nnz: int, group_offsets, group_items) -> int:
     """float32 elements of the even-split group kernel's pieces, or 0 where the kernels would
-    not take it (bsmm_launch.cuh use_stream_even_group): 16-bit types at bs 8, 16 and 32, at
+    not take it (launch_small_n.cuh use_stream_even_group): 16-bit types at bs 8, 16 and 32, at
     most 32 rows; by default with >= 16 MiB of weights whose union items carry enough blocks
     each (reuse nnz / union items >= 2 at bs 16, >= 3 at bs 32, >= 7 at bs 8), at any with
     JBS_STREAM_EVEN_GROUP=1, never with =0."""
@@ -197,7 +197,7 @@ def _stream_even_group_scratch_floats(groups: int, rows: int, itemsize: int, blo
 
 # Large-N path: the wgmma group kernel first copies the activation into the scratch result,
 # packed so that each of its tiles is contiguous (cuda/matmul/packed_rows.cuh: kPackRowTile,
-# packed_bytes_host; bsmm_launch.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
+# packed_bytes_host; launch_large_n.cuh: use_packed_rows, kGroupWgmmaSupported). 16-bit types
 # with blocks of 16 or more, fp32 likewise at the default precision (tf32);
 # none with JBS_PACK=0 (read here when the op is lowered, and by the kernel launch). A GPU
 # without that kernel leaves the room unused (XLA only reserves it).
@@ -212,7 +212,7 @@ def _packs(itemsize: int, block_size: int, precision: int) -> bool:
     return block_size >= 16 and precision == precision_lib.DEFAULT
 
 
-# The TMA-fed group kernel (cuda/matmul/bsmm_launch.cuh: use_group_tma, the same rule)
+# The TMA-fed group kernel (cuda/matmul/launch_large_n.cuh: use_group_tma, the same rule)
 # reads the row-major activation: where it takes the call, no packed copy is made. Its fp32
 # forward reads a transposed copy of the weight blocks from the scratch result instead. At
 # mid N (64 < rows < 512) its CTAs, one per group and 256-row tile, are fewer than the SMs:
@@ -232,7 +232,7 @@ def _group_tma_wide(itemsize: int, block_size: int) -> bool:
 
 
 def _mid_n_slices(rows: int, groups: int, num_groups: int) -> int:
-    """Item slices of the TMA or wgmma group kernel (cuda/matmul/bsmm_launch.cuh:
+    """Item slices of the TMA or wgmma group kernel (cuda/matmul/launch_large_n.cuh:
     mid_n_slices): as many as fill _SMS SMs with one CTA each (at most _MID_N_MAX_SLICES) at
     mid N, else 1. The launch recounts them for its GPU and slices no more than the scratch
     sized here has room for (a GPU with more SMs)."""
@@ -260,7 +260,7 @@ def _group_tma_takes(itemsize: int, block_size: int, rows: int, precision: int) 
 
 def _then_partials(first: int, partials: int) -> int:
     """float32 elements of a scratch holding `first` elements, then (where there are any) the
-    item slices' partials on a 256-byte boundary (bsmm_launch.cuh: *_partials_offset)."""
+    item slices' partials on a 256-byte boundary (launch_large_n.cuh: *_partials_offset)."""
     return (-(-first // 64) * 64 if partials else first) + partials
 
 
@@ -378,7 +378,7 @@ _DW_MIN_ROWS_PER_SPLIT = 1024
 
 
 # The conv halo dw kernel (cuda/conv/bsconv_halo_dw_kernel.cuh): its halo capacity per block
-# size and its most taps. The dispatch rule is C++'s (bsmm_launch.cuh: use_conv_halo_dw); this
+# size and its most taps. The dispatch rule is C++'s (launch_conv.cuh: use_conv_halo_dw); this
 # copy only sizes the row splits, so a disagreement (e.g. on a device whose blocks cannot take
 # the kernel's shared memory, where C++ keeps the implicit-GEMM dw) costs speed, never
 # correctness: the scratch holds the splits of every (tap, block) either way.
@@ -439,7 +439,7 @@ def _row_group_dw_splits(tiles: int, ctas: int, sms: int = 132) -> int:
 # conv with many pixels and few channels, from row panels of x and dy. A CTA holds the
 # accumulators of 20 (bs 32) or 40 (bs 16) units, so a layout with more units takes several
 # CTAs ("sets") per row range; the rows are split so that every SM gets one CTA. The dispatch
-# rule is C++'s (bsmm_launch.cuh: panel_dw_geometry, use_panel_dw; PanelDwConfig); as above,
+# rule is C++'s (launch_panel.cuh: panel_dw_geometry, use_panel_dw; PanelDwConfig); as above,
 # this copy only sizes the row splits.
 _PANEL_DW_UNITS_PER_CTA = {16: 40, 32: 20}
 _PANEL_DW_SMEM = 226 * 1024
