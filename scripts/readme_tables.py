@@ -127,7 +127,7 @@ def targets_table(runs) -> str:
         worst = max(checks, key=lambda c: c.value if smaller_is_better else -c.value)
         files = ", ".join(sorted({f"`{path.name}`" for path, _ in latest.values()}))
         lines.append(f"| {target.name} | {bar} | {sum(c.met for c in checks)} / {len(checks)} | "
-                     f"{targets._case_label(worst.record)}: {worst.value:.2f} | {files} |")
+                     f"{targets.case_label(worst.record)}: {worst.value:.2f} | {files} |")
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from jbs import initializers
 from jbs._src import validation
+from jbs.conv import BlockSparseConv
 from jbs.matmul import BlockSparseMatMul
 
 
@@ -34,7 +35,7 @@ def identity_tap(conv) -> tuple[int, int] | None:
     """The filter tap through which a stride-1 reading of ``conv`` (a jbs.BlockSparseConv) takes
     each output pixel's own input pixel: the delta of an identity kernel. None where no tap
     does (padding that is not a multiple of the dilation, a transposed conv: the centre then)."""
-    if conv is None or type(conv).__name__ != "BlockSparseConv":
+    if not isinstance(conv, BlockSparseConv):
         return None
     tap = []
     for size, dilation, axis in zip(conv.kernel_size, conv.dilation, range(2)):
@@ -85,7 +86,7 @@ def over_images(conv_fn, inputs):
     if inputs.ndim < 3:
         raise ValueError(f"inputs must be images (..., H, W, C); got shape {inputs.shape}")
     batch = inputs.shape[:-3]
-    outputs = conv_fn(inputs.reshape((int(np.prod(batch)),) + inputs.shape[-3:]))
+    outputs = conv_fn(inputs.reshape((math.prod(batch),) + inputs.shape[-3:]))
     return outputs.reshape(batch + outputs.shape[1:])
 
 

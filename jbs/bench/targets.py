@@ -136,7 +136,7 @@ def check(records: list[dict], targets=TARGETS) -> list[Check]:
     return checks
 
 
-def _case_label(record: dict) -> str:
+def case_label(record: dict) -> str:
     label = f"{record['op']} {record['dtype']} bs {record['block_size']} 1/{1 / record['density']:.0f}"
     return f"{label} {record['kernel'][0]}x{record['kernel'][1]}" if record.get("suite") == "conv" else label
 
@@ -156,12 +156,12 @@ def markdown(meta: dict, records: list[dict], targets=TARGETS, every_case: bool 
         smaller_is_better = MEASURES[target.unit][1]
         bar = f"{'<=' if smaller_is_better else '>='} {target.bar:g} {target.unit}"
         if every_case:
-            lines += [f"| {target.name} | {bar} | {_case_label(c.record)} | {c.value:.2f} | {'yes' if c.met else 'no'} |"
+            lines += [f"| {target.name} | {bar} | {case_label(c.record)} | {c.value:.2f} | {'yes' if c.met else 'no'} |"
                       for c in mine]
             continue
         worst = max(mine, key=lambda c: c.value if smaller_is_better else -c.value)
         lines.append(f"| {target.name} | {bar} | {sum(c.met for c in mine)} / {len(mine)} "
-                     f"| {_case_label(worst.record)}: {worst.value:.2f} |")
+                     f"| {case_label(worst.record)}: {worst.value:.2f} |")
     uncovered = [t.name for t in targets if t not in covered]
     if uncovered:
         lines += ["", "Not covered by this run: " + "; ".join(uncovered) + "."]
