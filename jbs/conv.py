@@ -134,6 +134,8 @@ class _ConvBase:
     def _conv(self, x, w, geometry_for, pads, out_hw):
         """Binds the forward primitive on the im2col matrix that ``geometry_for`` describes."""
         n, h, wd, c = x.shape
+        if h * wd == 0 and min(out_hw) >= 0:  # empty images give an empty output, as in lax
+            return jnp.zeros((n,) + tuple(out_hw) + (self.features[1],), x.dtype)
         if min(out_hw) < 1:
             raise ValueError(f"the input of {h}x{wd} pixels with padding {pads} is smaller than the "
                              f"dilated kernel {self._dilated_kernel()}: the output would be "

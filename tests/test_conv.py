@@ -117,3 +117,13 @@ def test_conv_packing_and_errors(rng):
         jbs.BlockSparseConv(layout, 8, (3, 3, 3))
     with pytest.raises(ValueError, match="smaller than the dilated kernel"):
         jbs.BlockSparseConv(layout, 8, 5, padding="VALID")(jnp.ones((1, 3, 3, 24)), random_array(rng, (5, 5, conv.nnz, 8, 8), jnp.float32))
+
+
+def test_empty_images_give_empty_outputs_as_in_lax(rng):
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 2, 3), 8, 3, strides=2)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    x = jnp.ones((2, 0, 5, 16))
+    y = conv(x, w)
+    ref = jax.lax.conv_general_dilated(x, conv.to_dense(w), (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert y.shape == ref.shape == (2, 0, 3, 24)
+    assert jax.grad(lambda x: conv(x, w).sum())(x).shape == x.shape
