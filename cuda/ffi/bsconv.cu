@@ -18,6 +18,7 @@
 #include "ffi/checks.h"
 #include "ffi/ffi_util.h"
 #include "ffi/handlers.h"
+#include "ffi/launches.h"
 #include "ffi/xla_ffi.h"
 #include "matmul/bsmm.h"
 
@@ -149,12 +150,7 @@ ffi::Error bsconv_blocks(const char* target, bool transpose, cudaStream_t stream
   a.num_sms = num_sms();  // the persistent strip and ss kernels' grids
   a.gathered = true;
   a.gather = gather;
-  const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_bsmm_blocks<T>(a, stream);
-  });
-  if (err != cudaSuccess) return cuda_failure(target, err);
-  return ffi::Error::Success();
+  return launch_blocks(target, dt, a, stream);
 }
 
 ffi::Error BsconvFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -218,26 +214,9 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
   JBS_RETURN_IF_ERROR(check_dw_scratch(target, scratch, row_splits, groups, wd[1], bs));
   if (groups == 0 || wd[1] == 0) return ffi::Error::Success();
 
-  BsmmDwArgs a;
-  a.x = x.untyped_data();
-  a.dy = dy.untyped_data();
-  a.items = static_cast<const int32_t*>(items.untyped_data());
-  a.dw = dw.untyped_data();
-  a.rows = rows;
-  a.x_cols = xd[2];
-  a.dy_cols = yd[2];
-  a.nnz = wd[1];
-  a.x_group_stride = xd[0] == 1 ? 0 : xd[1] * xd[2];
-  a.dy_group_stride = yd[0] == 1 ? 0 : rows * yd[2];
-  a.dw_group_stride = wd[1] * bs * bs;
-  a.groups = groups;
-  a.block_size = block_size;
-  a.precise = precision == 1;
-  a.num_sms = num_sms();
+  BsmmDwArgs a = dw_args(x, dy, items, dw, scratch, rows, block_size, precision, row_splits);
   a.gathered = true;
   a.gather = gather;
-  a.row_splits = row_splits;
-  a.partials = row_splits > 1 ? static_cast<float*>(scratch.untyped_data()) : nullptr;
   // Tap 0's row groups come first: every tap's rows group alike (the stacked layout's
   // tables). The kernel checks the group size against its block size.
   const int64_t taps = gather.taps();
@@ -246,12 +225,7 @@ ffi::Error BsconvDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy
     a.num_row_groups = row_groups.dimensions()[0] / taps;
     a.row_group_size = row_groups.dimensions()[1];
   }
-  const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_bsmm_dw<T>(a, stream);
-  });
-  if (err != cudaSuccess) return cuda_failure(target, err);
-  return ffi::Error::Success();
+  return launch_dw(target, dt, a, stream);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "ffi/checks.h"
 #include "ffi/ffi_util.h"
 #include "ffi/handlers.h"
+#include "ffi/launches.h"
 #include "matmul/bsmm.h"
 #include "ffi/xla_ffi.h"
 
@@ -155,12 +156,7 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   a.scratch_bytes = static_cast<int64_t>(scratch.size_bytes());
   a.num_sms = num_sms();
 
-  const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_bsmm_blocks<T>(a, stream);
-  });
-  if (err != cudaSuccess) return cuda_failure(target, err);
-  return ffi::Error::Success();
+  return launch_blocks(target, dt, a, stream);
 }
 
 ffi::Error BsmmFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -265,84 +261,45 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
   JBS_RETURN_IF_ERROR(check_dw_scratch(target, scratch, row_splits, groups, nnz, bs));
   if (groups == 0 || nnz == 0) return ffi::Error::Success();
 
-  BsmmDwArgs a;
-  a.x = x.untyped_data();
-  a.dy = dy.untyped_data();
-  a.items = static_cast<const int32_t*>(items.untyped_data());
-  a.dw = dw.untyped_data();
-  a.rows = rows;
-  a.x_cols = xd[2];
-  a.dy_cols = yd[2];
-  a.nnz = nnz;
-  a.x_group_stride = xd[0] == 1 ? 0 : rows * xd[2];
-  a.dy_group_stride = yd[0] == 1 ? 0 : rows * yd[2];
-  a.dw_group_stride = nnz * bs * bs;
-  a.groups = groups;
-  a.block_size = block_size;
-  a.precise = precision == 1;
-  a.num_sms = num_sms();
-  a.row_splits = row_splits;
-  a.partials = row_splits > 1 ? static_cast<float*>(scratch.untyped_data()) : nullptr;
+  BsmmDwArgs a = dw_args(x, dy, items, dw, scratch, rows, block_size, precision, row_splits);
   a.panel_items = static_cast<const int32_t*>(panel_items.untyped_data());
   a.panel_offsets = static_cast<const int32_t*>(panel_offsets.untyped_data());
   a.num_panels = static_cast<int>(panel_offsets.dimensions()[0] - 1);
   a.panel_cols = static_cast<int>(panel_cols);
 
-  const cudaError_t err = dispatch_dtype(*to_dtype(dt), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_bsmm_dw<T>(a, stream);
-  });
-  if (err != cudaSuccess) return cuda_failure(target, err);
-  return ffi::Error::Success();
+  return launch_dw(target, dt, a, stream);
 }
 
 }  // namespace
 }  // namespace jbs
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmFwd, jbs::BsmmFwdImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x (G|1, N, C)
-                                  .Arg<ffi::AnyBuffer>()  // w (G|1, nnz, bs, bs)
-                                  .Arg<ffi::AnyBuffer>()  // offsets int32 (K/bs + 1)
-                                  .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
-                                  .Arg<ffi::AnyBuffer>()  // chunks int32 (num_chunks, 4)
-                                  .Arg<ffi::AnyBuffer>()  // splits int32 (n_split + 1, 2)
-                                  .Arg<ffi::AnyBuffer>()  // group_offsets int32 (num_groups + 1)
-                                  .Arg<ffi::AnyBuffer>()  // group_items int32 (n, 1 + width)
-                                  .Arg<ffi::AnyBuffer>()  // wide_offsets int32 (num_wide_groups + 1)
-                                  .Arg<ffi::AnyBuffer>()  // wide_items int32 (n, 1 + wide width)
-                                  .Arg<ffi::AnyBuffer>()  // wide_columns int32 (num_wide_groups * wide width)
-                                  .Arg<ffi::AnyBuffer>()  // paired_offsets int32 (num_groups + 1)
-                                  .Arg<ffi::AnyBuffer>()  // paired_items int32 (n, 1 + width)
-                                  .Arg<ffi::AnyBuffer>()  // paired_columns int32 (num_groups * width)
-                                  .Ret<ffi::AnyBuffer>()  // y (G, N, K)
-                                  .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
-                                  .Attr<int32_t>("block_size")
-                                  .Attr<int32_t>("precision"),
-                              {ffi::Traits::kCmdBufferCompatible});
+// The forward and the input gradient take the same operands (the input is x for the forward,
+// dy for the input gradient; the offsets run over the output's block columns).
+#define JBS_BSMM_BLOCKS_BINDING()                                                          \
+  ffi::Ffi::Bind()                                                                         \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()                                            \
+      .Arg<ffi::AnyBuffer>() /* x or dy (G|1, N, C or K) */                                \
+      .Arg<ffi::AnyBuffer>() /* w (G|1, nnz, bs, bs) */                                    \
+      .Arg<ffi::AnyBuffer>() /* offsets int32 (output blocks + 1) */                       \
+      .Arg<ffi::AnyBuffer>() /* items int32 (nnz, 2) */                                    \
+      .Arg<ffi::AnyBuffer>() /* chunks int32 (num_chunks, 4) */                            \
+      .Arg<ffi::AnyBuffer>() /* splits int32 (n_split + 1, 2) */                           \
+      .Arg<ffi::AnyBuffer>() /* group_offsets int32 (num_groups + 1) */                    \
+      .Arg<ffi::AnyBuffer>() /* group_items int32 (n, 1 + width) */                        \
+      .Arg<ffi::AnyBuffer>() /* wide_offsets int32 (num_wide_groups + 1) */                \
+      .Arg<ffi::AnyBuffer>() /* wide_items int32 (n, 1 + wide width) */                    \
+      .Arg<ffi::AnyBuffer>() /* wide_columns int32 (num_wide_groups * wide width) */       \
+      .Arg<ffi::AnyBuffer>() /* paired_offsets int32 (num_groups + 1) */                   \
+      .Arg<ffi::AnyBuffer>() /* paired_items int32 (n, 1 + width) */                       \
+      .Arg<ffi::AnyBuffer>() /* paired_columns int32 (num_groups * width) */               \
+      .Ret<ffi::AnyBuffer>() /* y or dx (G, N, K or C) */                                  \
+      .Ret<ffi::AnyBuffer>() /* scratch float32 (small-N splits) */                        \
+      .Attr<int32_t>("block_size")                                                         \
+      .Attr<int32_t>("precision")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDx, jbs::BsmmDxImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // dy (G|1, N, K)
-                                  .Arg<ffi::AnyBuffer>()  // w (G|1, nnz, bs, bs)
-                                  .Arg<ffi::AnyBuffer>()  // offsets int32 (C/bs + 1)
-                                  .Arg<ffi::AnyBuffer>()  // items int32 (nnz, 2)
-                                  .Arg<ffi::AnyBuffer>()  // chunks int32 (num_chunks, 4)
-                                  .Arg<ffi::AnyBuffer>()  // splits int32 (n_split + 1, 2)
-                                  .Arg<ffi::AnyBuffer>()  // group_offsets int32 (num_groups + 1)
-                                  .Arg<ffi::AnyBuffer>()  // group_items int32 (n, 1 + width)
-                                  .Arg<ffi::AnyBuffer>()  // wide_offsets int32 (num_wide_groups + 1)
-                                  .Arg<ffi::AnyBuffer>()  // wide_items int32 (n, 1 + wide width)
-                                  .Arg<ffi::AnyBuffer>()  // wide_columns int32 (num_wide_groups * wide width)
-                                  .Arg<ffi::AnyBuffer>()  // paired_offsets int32 (num_groups + 1)
-                                  .Arg<ffi::AnyBuffer>()  // paired_items int32 (n, 1 + width)
-                                  .Arg<ffi::AnyBuffer>()  // paired_columns int32 (num_groups * width)
-                                  .Ret<ffi::AnyBuffer>()  // dx (G, N, C)
-                                  .Ret<ffi::AnyBuffer>()  // scratch float32 (small-N splits)
-                                  .Attr<int32_t>("block_size")
-                                  .Attr<int32_t>("precision"),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmFwd, jbs::BsmmFwdImpl, JBS_BSMM_BLOCKS_BINDING(),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDx, jbs::BsmmDxImpl, JBS_BSMM_BLOCKS_BINDING(),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JbsBsmmDw, jbs::BsmmDwImpl,
