@@ -19,9 +19,9 @@ import numpy as np
 import jax.numpy as jnp
 from jax import lax
 
-from jbs._src import validation
+from jbs._src import sharding, validation
 from jbs._src.conv_geometry import ConvGeometry
-from jbs._src.primitives import bsmm_fwd_p
+from jbs._src.primitives import bind, bsmm_fwd_p
 from jbs._src.tables import conv_tables_for
 from jbs.matmul import BlockSparseMatMul
 
@@ -145,10 +145,14 @@ class _ConvBase:
         geometry = geometry_for(self.kernel_size, (h, wd), out_hw, self.strides, self.dilation,
                                 tuple(lo for lo, _ in pads))
         taps_nnz = geometry.num_taps * self.nnz
-        y = bsmm_fwd_p.bind(x.reshape(1, n * h * wd, c),
-                            w.astype(x.dtype).reshape(1, taps_nnz, self.block_size, self.block_size),
-                            *self._tables, precision=self._channels._precision, conv=geometry)
-        return y.reshape(n, out_hw[0], out_hw[1], self.features[1])
+
+        def convolve(x, w):
+            y = bind(bsmm_fwd_p, x.reshape(1, n * h * wd, c),
+                     w.reshape(1, taps_nnz, self.block_size, self.block_size),
+                     *self._tables, precision=self._channels._precision, conv=geometry)
+            return y.reshape(n, out_hw[0], out_hw[1], self.features[1])
+
+        return sharding.on_auto_axes(convolve, x, w.astype(x.dtype), core_axes=3)
 
     def _dilated_kernel(self):
         return tuple((k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation))

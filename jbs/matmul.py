@@ -10,8 +10,9 @@ import jax.numpy as jnp
 from jbs._src import dense_fallback
 from jbs._src import lowering  # noqa: F401 - registers the primitives' lowerings
 from jbs._src import precision as precision_lib
+from jbs._src import sharding
 from jbs._src import validation
-from jbs._src.primitives import bsmm_fwd_p
+from jbs._src.primitives import bind, bsmm_fwd_p
 from jbs._src.tables import Tables, tables_for
 
 
@@ -112,10 +113,12 @@ class BlockSparseMatMul:
         batch_shape = x.shape[:-1]
         if self.nnz == 0:  # W is all zeros (a random 0/1 layout can be): nothing to launch
             return jnp.zeros(batch_shape + (k,), dtype)
-        rows = math.prod(batch_shape)
-        y = bsmm_fwd_p.bind(x.reshape(1, rows, c), w.astype(dtype)[None], *self._tables,
-                            precision=self._precision)
-        return y.reshape(batch_shape + (k,))
+        return sharding.on_auto_axes(self._multiply, x, w.astype(dtype), core_axes=1)
+
+    def _multiply(self, x, w):
+        rows = math.prod(x.shape[:-1])
+        y = bind(bsmm_fwd_p, x.reshape(1, rows, x.shape[-1]), w[None], *self._tables, precision=self._precision)
+        return y.reshape(x.shape[:-1] + (y.shape[-1],))
 
     # --------------------------------------------------------------- packing
 

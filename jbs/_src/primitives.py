@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
+from jbs._src import varying
 from jbs._src.tables import Tables
 
 bsmm_fwd_p = Primitive("jbs_bsmm_fwd")
@@ -36,6 +37,13 @@ bsmm_dw_p = Primitive("jbs_bsmm_dw")
 
 NUM_TABLES = len(Tables._fields)
 NOT_MAPPED = None  # how a batching rule marks an operand that vmap does not map
+
+
+def bind(prim, a, b, *tables, **params):
+    """Binds a primitive on its two data operands, cast to vary alike over shard_map's manual
+    axes (varying.py: the cast of a replicated weight is what sums its gradient over devices)."""
+    a, b = varying.match(a, b)
+    return prim.bind(a, b, *tables, **params)
 
 
 # ----------------------------------------------------------------------------- abstract eval
@@ -59,7 +67,7 @@ def _fwd_abstract(x, w, *tables, precision, conv=None):
     g = _group_count("bsmm_fwd", x, w)
     k = w.shape[-1] * (tables[0].shape[0] - 1)
     rows = x.shape[1] if conv is None else conv.rows_for(x.shape[1])
-    return jax.core.ShapedArray((g, rows, k), x.dtype)
+    return varying.result(jax.core.ShapedArray((g, rows, k), x.dtype), x, w)
 
 
 def _dx_abstract(dy, w, *tables, precision, conv=None):
@@ -67,7 +75,7 @@ def _dx_abstract(dy, w, *tables, precision, conv=None):
     g = _group_count("bsmm_dx", dy, w)
     c = w.shape[-1] * (tables[2].shape[0] - 1)
     rows = dy.shape[1] if conv is None else conv.transposed().rows_for(dy.shape[1])
-    return jax.core.ShapedArray((g, rows, c), dy.dtype)
+    return varying.result(jax.core.ShapedArray((g, rows, c), dy.dtype), dy, w)
 
 
 def _dw_abstract(x, dy, *tables, precision, conv=None):
@@ -77,7 +85,7 @@ def _dw_abstract(x, dy, *tables, precision, conv=None):
     if dy.shape[1] != rows:
         raise ValueError(f"bsmm_dw: x gives {rows} rows but dy has {dy.shape[1]}")
     bs = x.shape[-1] // (tables[2].shape[0] - 1)
-    return jax.core.ShapedArray((g, tables[4].shape[0], bs, bs), x.dtype)
+    return varying.result(jax.core.ShapedArray((g, tables[4].shape[0], bs, bs), x.dtype), x, dy)
 
 
 bsmm_fwd_p.def_abstract_eval(_fwd_abstract)
@@ -91,12 +99,12 @@ def _bilinear_jvp(prim):
     def jvp(primals, tangents, **params):
         a, b, *tables = primals
         ta, tb = tangents[:2]
-        out = prim.bind(a, b, *tables, **params)
+        out = bind(prim, a, b, *tables, **params)
         terms = []
         if type(ta) is not ad.Zero:
-            terms.append(prim.bind(ta, b, *tables, **params))
+            terms.append(bind(prim, ta, b, *tables, **params))
         if type(tb) is not ad.Zero:
-            terms.append(prim.bind(a, tb, *tables, **params))
+            terms.append(bind(prim, a, tb, *tables, **params))
         if not terms:  # JAX skips the rule when all tangents are zero; this is a safeguard
             return out, jnp.zeros_like(out)
         tangent = terms[0] if len(terms) == 1 else terms[0] + terms[1]
@@ -137,16 +145,16 @@ ad.primitive_jvps[bsmm_dx_p] = _bilinear_jvp(bsmm_dx_p)
 ad.primitive_jvps[bsmm_dw_p] = _bilinear_jvp(bsmm_dw_p)
 ad.primitive_transposes[bsmm_fwd_p] = _bilinear_transpose(
     "bsmm_fwd",
-    lambda ct, w, t, p: bsmm_dx_p.bind(ct, w, *t, **p),
-    lambda ct, x, t, p: bsmm_dw_p.bind(x, ct, *t, **p))
+    lambda ct, w, t, p: bind(bsmm_dx_p, ct, w, *t, **p),
+    lambda ct, x, t, p: bind(bsmm_dw_p, x, ct, *t, **p))
 ad.primitive_transposes[bsmm_dx_p] = _bilinear_transpose(
     "bsmm_dx",
-    lambda ct, w, t, p: bsmm_fwd_p.bind(ct, w, *t, **p),
-    lambda ct, dy, t, p: bsmm_dw_p.bind(ct, dy, *t, **p))
+    lambda ct, w, t, p: bind(bsmm_fwd_p, ct, w, *t, **p),
+    lambda ct, dy, t, p: bind(bsmm_dw_p, ct, dy, *t, **p))
 ad.primitive_transposes[bsmm_dw_p] = _bilinear_transpose(
     "bsmm_dw",
-    lambda ct, dy, t, p: bsmm_dx_p.bind(dy, ct, *t, **p),
-    lambda ct, x, t, p: bsmm_fwd_p.bind(x, ct, *t, **p))
+    lambda ct, dy, t, p: bind(bsmm_dx_p, dy, ct, *t, **p),
+    lambda ct, x, t, p: bind(bsmm_fwd_p, x, ct, *t, **p))
 
 
 # ----------------------------------------------------------------------------- batching
@@ -190,15 +198,15 @@ def _batch_rule(prim, activation_first):
         if activation_first and db is NOT_MAPPED:
             a = jnp.moveaxis(a, da, 1)  # (g, batch, n, f)
             g, batch, n, f = a.shape
-            out = prim.bind(a.reshape(g, batch * n, f), b, *tables, **params)
+            out = bind(prim, a.reshape(g, batch * n, f), b, *tables, **params)
             # (output rows per batch entry differ from n for a convolution; an empty batch
             # cannot say how many, so ask the abstract evaluation of one entry)
             rows = out.shape[1] // batch if batch else _abstract_rows(prim, (g, n, f), a.dtype, b, tables, params)
             return out.reshape(out.shape[0], batch, rows, out.shape[-1]), 1
         batch = a.shape[da] if da is not NOT_MAPPED else b.shape[db]
         groups = max(_group_size(a, da), _group_size(b, db))
-        out = prim.bind(_to_groups(a, da, batch, groups), _to_groups(b, db, batch, groups),
-                        *tables, **params)
+        out = bind(prim, _to_groups(a, da, batch, groups), _to_groups(b, db, batch, groups),
+                   *tables, **params)
         return out.reshape((batch, groups) + out.shape[1:]), 0
     return rule
 

@@ -160,3 +160,20 @@ def partitioned_images(call, *, operand_pixels, result_pixels):
         out = per_device(*[image_view(op, p) for op, p in zip(ops, operand_pixels)], *ops[count:])
         return out if result_pixels is None else flat_rows(out)
     return wrapped
+
+
+def on_auto_axes(f, x, w, *, core_axes: int):
+    """``f(x, w)`` with the Explicit mesh axes that shard ``x`` made Auto for its duration.
+
+    Under Explicit axes (``jax.make_mesh``'s default from jax 0.11, ``jax.set_mesh``) every
+    array's type carries its sharding and each op must say its result's; the primitives'
+    sharding is what ``partitioned`` tells XLA, which Auto axes leave it to do. The result keeps
+    ``x``'s sharding of its leading (batch) axes, the ``core_axes`` that follow (features, or
+    pixels and features) unsharded. Where no axis is Explicit this is ``f(x, w)``."""
+    sharding = jax.typeof(x).sharding
+    mesh = getattr(sharding, "mesh", None)
+    if not getattr(mesh, "explicit_axes", ()):
+        return f(x, w)
+    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+    out = NamedSharding(mesh, PartitionSpec(*spec[:x.ndim - core_axes], *(None,) * core_axes))
+    return jax.sharding.auto_axes(f, axes=mesh.explicit_axes, out_sharding=out)(x, w)
