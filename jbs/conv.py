@@ -102,6 +102,11 @@ class _ConvBase:
     def __eq__(self, other):
         return type(other) is type(self) and self._key == other._key
 
+    def __setstate__(self, state):
+        # The tables again from their (read-only, cached) builder: unpickled arrays are writable.
+        self.__dict__.update(state)
+        self._tables = conv_tables_for(self.layout, self.kernel_size[0] * self.kernel_size[1], self.block_size)
+
     def to_dense(self, w):
         """Packed (..., kh, kw, nnz, bs, bs) -> HWIO kernel (..., kh, kw, C, K)."""
         w = self._check_w(w, allow_batch=True)

@@ -91,6 +91,15 @@ class BlockSparseMatMul:
     def __eq__(self, other):
         return isinstance(other, BlockSparseMatMul) and self._key == other._key
 
+    # Pickled as the arguments that build it: unpickling rebuilds the read-only layout and its
+    # (cached) tables, which a pickled copy of the arrays would leave writable.
+    def __getstate__(self):
+        return {"layout": self._layout, "block_size": self._block_size,
+                "precision": "highest" if self._precision == precision_lib.HIGHEST else None}
+
+    def __setstate__(self, state):
+        self.__init__(state["layout"], state["block_size"], precision=state["precision"])
+
     def __repr__(self):
         c, k = self.shape
         return (f"BlockSparseMatMul(C={c}, K={k}, block_size={self._block_size}, "

@@ -142,6 +142,25 @@ def test_properties_and_hashing(rng):
     assert "nnz" in repr(bsmm)
 
 
+@pytest.mark.parametrize("make", [lambda lay: jbs.BlockSparseMatMul(lay, 8, precision="highest"),
+                                  lambda lay: jbs.BlockSparseConv(lay, 8, (2, 3), 2, ((1, 0), (1, 1))),
+                                  lambda lay: jbs.BlockSparseConvTranspose(lay, 8, (3, 3), 2)])
+def test_pickled_and_copied_ops_stay_read_only(rng, make):
+    """A pickled or deep-copied op equals the original and keeps its layout and tables read-only
+    (writable copies could drift from the nnz and the hash they were built with)."""
+    import copy
+    import pickle
+    op = make(awkward_layout(rng, 3, 4))
+    for again in (pickle.loads(pickle.dumps(op)), copy.deepcopy(op)):
+        assert again == op and hash(again) == hash(op)
+        assert not again.layout.flags.writeable
+        assert not any(table.flags.writeable for table in again._tables)
+        x = random_array(rng, (2, 5, 6, 24) if isinstance(op, jbs.BlockSparseConv | jbs.BlockSparseConvTranspose)
+                         else (5, 24), jnp.float32)
+        w = random_array(rng, op.w_shape, jnp.float32)
+        np.testing.assert_array_equal(again(x, w), op(x, w))
+
+
 def test_user_layout_is_not_modified_or_aliased(rng):
     layout = awkward_layout(rng, 3, 3)
     before = layout.copy()
