@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import jax.numpy as jnp
 from jax import lax
+from jax import ad_checkpoint
 
 from jbs._src import sharding, validation
 from jbs._src.conv_geometry import ConvGeometry
@@ -70,6 +71,9 @@ def _check_padding(padding):
 
 
 class _ConvBase:
+    # The outputs' name for jax.checkpoint policies (see BlockSparseMatMul.checkpoint_name).
+    checkpoint_name = "jbs.conv"
+
     def __init__(self, layout, block_size, kernel_size, strides=1, padding="SAME", dilation=1, *,
                  precision=None):
         self.kernel_size = _pair("kernel_size", kernel_size, 1)
@@ -155,7 +159,7 @@ class _ConvBase:
             y = bind(bsmm_fwd_p, x.reshape(1, n * h * wd, c),
                      w.reshape(1, taps_nnz, self.block_size, self.block_size),
                      *self._tables, precision=self._channels._precision, conv=geometry)
-            return y.reshape(n, out_hw[0], out_hw[1], self.features[1])
+            return ad_checkpoint.checkpoint_name(y.reshape(n, out_hw[0], out_hw[1], self.features[1]), self.checkpoint_name)
 
         return sharding.on_auto_axes(convolve, x, w.astype(x.dtype), core_axes=3)
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import jax.numpy as jnp
+from jax import ad_checkpoint
 
 from jbs._src import dense_fallback
 from jbs._src import lowering  # noqa: F401 - registers the primitives' lowerings
@@ -35,7 +36,14 @@ class BlockSparseMatMul:
       precision: float32 accuracy: None/"default" (TF32 tensor cores on GPU) or "highest".
 
     The op object is hashable and cheap to rebuild: lookup tables are cached per layout.
+
+    Its output is named ``"jbs.matmul"`` for ``jax.checkpoint`` policies (JAX's dot policies
+    such as ``dots_saveable`` know only ``dot_general``): ``policy=
+    jax.checkpoint_policies.save_only_these_names("jbs.matmul")`` keeps the products for the
+    backward pass instead of recomputing them.
     """
+
+    checkpoint_name = "jbs.matmul"
 
     def __init__(self, layout, block_size: int = 32, *, precision=None):
         self._layout = validation.as_layout(layout)
@@ -127,7 +135,7 @@ class BlockSparseMatMul:
     def _multiply(self, x, w):
         rows = math.prod(x.shape[:-1])
         y = bind(bsmm_fwd_p, x.reshape(1, rows, x.shape[-1]), w[None], *self._tables, precision=self._precision)
-        return y.reshape(x.shape[:-1] + (y.shape[-1],))
+        return ad_checkpoint.checkpoint_name(y.reshape(x.shape[:-1] + (y.shape[-1],)), self.checkpoint_name)
 
     # --------------------------------------------------------------- packing
 

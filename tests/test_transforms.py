@@ -89,6 +89,22 @@ def test_checkpoint(rng):
     close(grad(bsmm), grad(dense))
 
 
+def test_checkpoint_policy_by_name_saves_the_products(rng):
+    """The ops' outputs are named for jax.checkpoint policies: saving "jbs.matmul" / "jbs.conv"
+    keeps each forward product for the backward pass, which nothing_saveable recomputes."""
+    bsmm = jbs.BlockSparseMatMul(awkward_layout(rng, 4, 4), 8)
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 4, 4), 8, (3, 3))
+    cases = [(bsmm, (5, 32)), (conv, (2, 5, 6, 32))]
+    for op, shape in cases:
+        x = random_array(rng, shape, jnp.float32)
+        w = random_array(rng, op.w_shape, jnp.float32)
+        two_layers = lambda x, w: jnp.sum(jnp.tanh(op(jnp.tanh(op(x, w)), w)))
+        count = lambda policy: str(jax.make_jaxpr(jax.grad(jax.checkpoint(two_layers, policy=policy), (0, 1)))(
+            x, w)).count("jbs_bsmm_fwd")
+        assert count(jax.checkpoint_policies.nothing_saveable) == 4  # each product computed twice
+        assert count(jax.checkpoint_policies.save_only_these_names(op.checkpoint_name)) == 2
+
+
 @pytest.mark.parametrize("x_axis,w_axis", [(0, None), (1, None), (2, None), (None, 0), (None, 1),
                                            (None, 3), (0, 0), (1, 2), (2, 0)])
 def test_vmap_any_axis(rng, x_axis, w_axis):
