@@ -119,20 +119,30 @@ def lecun_normal(layout, block_size: int):
     return variance_scaling(layout, block_size, 1.0, "truncated_normal")
 
 
-def identity(layout, block_size: int, scale: float = 1.0, tap=None):
+def identity(layout, block_size: int, scale: float = 1.0, tap=None, *, gates: int = 1):
     """``scale`` x the identity on the diagonal blocks, zero elsewhere (the seed's advice for deep
     recurrent stacks, with layer norm). Every diagonal block below min(C, K) must be in the layout.
+    With ``gates`` > 1 the layout's block columns are that many equal parts, the gates of a fused
+    gate matmul (``jbs.nn.gate_layout``), and each gate gets its own identity, as the seed's LSTM
+    initialised each gate's recurrent weights.
     For a conv kernel the identity sits on one filter tap (a delta kernel): ``tap``, or by
     default the centre one, ``size // 2`` per axis. The block-sparse conv layers pass the tap
     that reads each output pixel's own input pixel under their padding (an even kernel with
     "SAME" padding pads less before than after, so its centre would shift the image)."""
     layout, block_size, rows, cols = _packed_geometry(layout, block_size)
-    diagonal = min(layout.shape)
-    missing = np.flatnonzero(~layout[np.arange(diagonal), np.arange(diagonal)])
-    if missing.size:
-        raise ValueError(f"identity init needs the diagonal blocks in the layout; blocks "
-                         f"{missing[:5].tolist()} (of {missing.size}) are missing")
-    on_diagonal = (rows == cols).astype(np.float32)[:, None, None] * np.eye(block_size, dtype=np.float32)
+    if isinstance(gates, bool) or not isinstance(gates, (int, np.integer)) or gates < 1:
+        raise ValueError(f"gates must be a positive int; got {gates!r}")
+    if layout.shape[1] % gates:
+        raise ValueError(f"gates={gates} must divide the layout's {layout.shape[1]} block columns")
+    gate_cols = layout.shape[1] // gates
+    diagonal = min(layout.shape[0], gate_cols)
+    for gate in range(gates):
+        missing = np.flatnonzero(~layout[np.arange(diagonal), gate * gate_cols + np.arange(diagonal)])
+        if missing.size:
+            where = f" of gate {gate} (block columns {gate * gate_cols} on)" if gates > 1 else ""
+            raise ValueError(f"identity init needs the diagonal blocks{where} in the layout; the blocks "
+                             f"of block rows {missing[:5].tolist()} (of {missing.size}) are missing")
+    on_diagonal = (rows == cols % gate_cols).astype(np.float32)[:, None, None] * np.eye(block_size, dtype=np.float32)
     expected = (rows.size, block_size, block_size)
 
     def init(key=None, shape=expected, dtype=jnp.float32):

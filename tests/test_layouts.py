@@ -278,6 +278,21 @@ def test_identity_init(rng):
     np.testing.assert_array_equal(bsmm.to_dense(w), 0.5 * np.eye(48))
 
 
+def test_identity_init_per_gate():
+    """With gates, each of the fused layout's equal column parts gets its own identity; a gate
+    without its diagonal is named in the error."""
+    layout = np.tile(jbs.layouts.watts_strogatz(3, 2, 0.0, seed=0), (1, 4))
+    bsmm = jbs.BlockSparseMatMul(layout, 8)
+    w = jbs.initializers.identity(layout, 8, gates=4)(None, bsmm.w_shape)
+    np.testing.assert_array_equal(bsmm.to_dense(w), np.tile(np.eye(24), (1, 4)))
+    broken = layout.copy()
+    broken[1, 2 * 3 + 1] = False
+    with pytest.raises(ValueError, match=r"diagonal blocks of gate 2 \(block columns 6 on\).*block rows \[1\]"):
+        jbs.initializers.identity(broken, 8, gates=4)
+    with pytest.raises(ValueError, match="gates=5 must divide"):
+        jbs.initializers.identity(layout, 8, gates=5)
+
+
 @settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 6), cols=st.integers(1, 6), n=st.integers(1, 9),
        bs=st.sampled_from([8, 16]), seed=st.integers(0, 2**31), density=st.floats(0.05, 1.0))

@@ -379,6 +379,21 @@ def test_weight_norm_is_safe_for_all_zero_units_and_constant_outputs(rng):
     np.testing.assert_array_equal(dead.scale[...][8:], 1.0)  # the empty block column keeps scale 1
 
 
+def test_identity_recurrent_init_reaches_every_gate():
+    """recurrent_kernel_init="identity" starts each gate's recurrent weights (i, f, g, o) at the
+    identity, as the seed's LSTM did, in the NNX and the Linen cell."""
+    layout = jbs.layouts.watts_strogatz(4, 2, 0.0, seed=0)
+    every_gate = np.tile(np.eye(32), (1, 4))
+    cell = jbs.nn.SparseLSTMCell(8, 32, layout=layout, block_size=8, recurrent_kernel_init="identity",
+                                 rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(cell.dense_h.op.to_dense(cell.dense_h.kernel[...]), every_gate)
+    linen_cell = jbs.linen.SparseLSTMCell(32, layout=layout, block_size=8, recurrent_kernel_init="identity")
+    carry = linen_cell.initialize_carry(jax.random.key(0), (2, 8))
+    kernel = linen_cell.init(jax.random.key(0), carry, jnp.ones((2, 8)))["params"]["dense_h"]["kernel"]
+    fused = jbs.BlockSparseMatMul(jbs.nn.gate_layout(layout, 4, 4), 8)
+    np.testing.assert_array_equal(fused.to_dense(kernel), every_gate)
+
+
 def test_cell_init_strings_and_linen_hashing():
     layout = np.ones((2, 2))
     with pytest.raises(ValueError, match="kernel_init of a dense input projection"):

@@ -13,7 +13,7 @@ from jbs._src import layer_utils, validation
 from jbs._src.validation import FrozenLayout
 from jbs.conv import BlockSparseConv as BlockSparseConvOp
 from jbs.conv import BlockSparseConvTranspose as BlockSparseConvTransposeOp
-from jbs.nn.recurrent import check_carry, check_hidden_features, gate_layout, lstm_update
+from jbs.nn.recurrent import check_carry, check_hidden_features, gate_layout, lstm_update, recurrent_init
 
 
 def _apply(module: nn.Module, matmul, op, inputs):
@@ -127,8 +127,10 @@ class SparseLSTMCell(nn.RNNCellBase):
             x_part = BlockSparseDense(width, layout=gate_layout(self.input_layout, hb, 4),
                                       block_size=self.block_size, use_bias=False,
                                       kernel_init=self.kernel_init, name="dense_i", **common)(inputs)
-        h_part = BlockSparseDense(width, layout=gate_layout(self.layout, hb, 4), block_size=self.block_size,
-                                  kernel_init=self.recurrent_kernel_init, bias_init=self.bias_init,
+        fused = gate_layout(self.layout, hb, 4)
+        h_part = BlockSparseDense(width, layout=fused, block_size=self.block_size,
+                                  kernel_init=recurrent_init(self.recurrent_kernel_init, fused, self.block_size, 4),
+                                  bias_init=self.bias_init,
                                   name="dense_h", **common)(h)
         if self.layer_norm:
             x_part = nn.LayerNorm(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype, name="norm_i")(x_part)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jbs import initializers
 from jbs._src import layer_utils, validation
 from jbs.nn.linear import BlockSparseLinear, default_bias_init
 
@@ -27,6 +28,15 @@ def gate_layout(layout, hidden_blocks: int, gates: int) -> np.ndarray:
         return layout
     raise ValueError(f"layout must have {hidden_blocks} block columns (one pattern for every gate) or "
                      f"{gates * hidden_blocks} (one per gate); got shape {layout.shape}")
+
+
+def recurrent_init(kernel_init, layout, block_size: int, gates: int):
+    """The recurrent kernel's initialiser for a fused (rows, gates*Hb) gate ``layout``:
+    "identity" gives every gate its own identity (a plain identity would reach the first gate
+    only); anything else is the layers' usual choice."""
+    if isinstance(kernel_init, str) and kernel_init == "identity":
+        return initializers.identity(layout, block_size, gates=gates)
+    return kernel_init
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -123,7 +133,8 @@ class SparseLSTMCell(_SparseCellBase):
         projection.
       layer_norm: layer-normalise ``x @ W_x`` and ``h @ W_h`` before adding them.
       kernel_init, recurrent_kernel_init: initialisers (default: fan-in-aware; "identity" is
-        offered for the recurrent kernel, the seed's advice for deep stacks with layer norm).
+        offered for the recurrent kernel, the seed's advice for deep stacks with layer norm: each
+        gate's recurrent weights start as the identity).
     """
 
     gates = 4
@@ -148,9 +159,10 @@ class SparseLSTMCell(_SparseCellBase):
             input_layout = gate_layout(input_layout, hb, self.gates)
         self.dense_i = _input_projection(in_features, width, input_layout, block_size, common,
                                          kernel_init, rngs)
-        self.dense_h = BlockSparseLinear(hidden_features, width, layout=gate_layout(layout, hb, self.gates),
-                                         block_size=block_size, use_bias=True,
-                                         kernel_init=recurrent_kernel_init, bias_init=bias_init,
+        fused = gate_layout(layout, hb, self.gates)
+        self.dense_h = BlockSparseLinear(hidden_features, width, layout=fused, block_size=block_size, use_bias=True,
+                                         kernel_init=recurrent_init(recurrent_kernel_init, fused, block_size, self.gates),
+                                         bias_init=bias_init,
                                          rngs=rngs, **common)
         if layer_norm:
             self.norm_i = nnx.LayerNorm(width, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
