@@ -14,6 +14,8 @@ the fan-in of each unit's real inputs, not the packed array's shape.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -42,6 +44,18 @@ def packed(init):
     return init
 
 
+def _unboxed(value):
+    """(array, rebox) for an initialiser's result: Flax's metadata wrappers (``nnx.with_partitioning``
+    and the like give an ``nnx.VariableMetadata``, ``nn.with_partitioning`` a boxed
+    ``AxisMetadata``) hold the array and what the layer's parameter is to carry; ``rebox`` puts
+    another array (the packed kernel) in the same wrapper."""
+    if dataclasses.is_dataclass(value) and hasattr(value, "raw_value"):
+        return value.raw_value, lambda array: dataclasses.replace(value, raw_value=array)
+    if hasattr(value, "unbox") and hasattr(value, "replace_boxed"):
+        return value.unbox(), value.replace_boxed
+    return value, lambda array: array
+
+
 def per_block_column(init, layout, block_size: int):
     """A packed-weight initialiser from a dense one: each output block column's weights are
     drawn as ``init(key, ([kh, kw,] fan_in, block_size))``, the dense kernel of that column's
@@ -65,10 +79,16 @@ def per_block_column(init, layout, block_size: int):
         _check_shape(shape, expected)
         taps = tuple(shape[:-3])
         parts = []
+        rebox = [lambda array: array]  # the wrapper of the initialiser's results, if any
+
+        def draw(k, column_shape):
+            array, rebox[0] = _unboxed(init(k, column_shape, dtype))
+            return array
+
         for index, (fan_in_blocks, columns) in enumerate(groups):
             column_shape = taps + (fan_in_blocks * block_size, block_size)
             keys = jax.random.split(jax.random.fold_in(key, index), columns.size)
-            drawn = jax.vmap(lambda k: init(k, column_shape, dtype))(keys)
+            drawn = jax.vmap(lambda k: draw(k, column_shape))(keys)
             if drawn.shape != (columns.size,) + column_shape:
                 raise ValueError(f"kernel_init returned shape {drawn.shape[1:]} for one block column's "
                                  f"weights; expected {column_shape} (it is called like a dense "
@@ -78,8 +98,8 @@ def per_block_column(init, layout, block_size: int):
             parts.append(jnp.moveaxis(drawn, 0, len(taps)).reshape(
                 taps + (columns.size * fan_in_blocks, block_size, block_size)))
         if not parts:  # a layout without blocks
-            return jnp.zeros(shape, dtype)
-        return jnp.concatenate(parts, axis=len(taps))[..., to_packed, :, :].astype(dtype)
+            return rebox[0](jnp.zeros(shape, dtype))
+        return rebox[0](jnp.concatenate(parts, axis=len(taps))[..., to_packed, :, :].astype(dtype))
 
     return packed(packed_init)
 

@@ -107,6 +107,33 @@ def test_per_block_column_places_each_columns_draw_on_its_blocks(rng):
         np.testing.assert_allclose(block_column.T @ block_column, np.eye(bs), atol=1e-5)
 
 
+def test_partitioning_metadata_reaches_the_parameters(rng):
+    """nnx.with_partitioning / nn.with_partitioning around a stock initialiser, and
+    kernel_metadata / bias_metadata as nnx.Linear takes them, annotate the parameters; the
+    kernel's values are those drawn without the wrapper."""
+    layout = awkward_layout(rng, 4, 3)
+    spec = ("model", None, None)
+    make = lambda init, **kw: jbs.nn.BlockSparseLinear(32, 24, layout=layout, block_size=8, kernel_init=init,
+                                                       rngs=nnx.Rngs(0), **kw)
+    plain = make(nnx.initializers.lecun_normal())
+    # (flax shards an annotated parameter as it is created: it needs a mesh with the axis)
+    with jax.set_mesh(jax.make_mesh((1,), ("model",), axis_types=(jax.sharding.AxisType.Auto,))):
+        wrapped = make(nnx.with_partitioning(nnx.initializers.lecun_normal(), spec))
+        tagged = make(None, kernel_metadata={"out_sharding": spec}, bias_metadata={"out_sharding": ("model",)})
+        conv = jbs.nn.BlockSparseConv(32, 24, (2, 3), layout=layout, block_size=8, rngs=nnx.Rngs(0),
+                                      kernel_init=nnx.with_partitioning(nnx.initializers.he_normal(), (None,) * 5))
+    np.testing.assert_array_equal(wrapped.kernel[...], plain.kernel[...])
+    assert wrapped.kernel.get_metadata()["out_sharding"] == spec
+    assert tagged.kernel.get_metadata()["out_sharding"] == spec
+    assert tagged.bias.get_metadata()["out_sharding"] == ("model",)
+    assert conv.kernel.get_metadata()["out_sharding"] == (None,) * 5
+    dense = jbs.linen.BlockSparseDense(24, layout=layout, block_size=8,
+                                       kernel_init=nn.with_partitioning(nn.initializers.lecun_normal(), spec))
+    params = dense.init(jax.random.key(0), jnp.ones((2, 32)))["params"]
+    assert isinstance(params["kernel"], nn.Partitioned) and params["kernel"].names == spec
+    assert dense.apply({"params": nn.unbox(params)}, jnp.ones((2, 32))).shape == (2, 24)
+
+
 def test_a_packed_initialiser_and_a_wrong_shaped_one():
     layout = np.eye(2, dtype=bool)
     ones = jbs.initializers.packed(lambda key, shape, dtype=jnp.float32: jnp.ones(shape, dtype))

@@ -3,6 +3,8 @@ and the base it shares with ``jbs.nn.BlockSparseConv``."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -19,12 +21,12 @@ class _BlockSparseLayer(nnx.Module):
     ``self.op`` (the op applied) and ``self.matmul`` (its channel-block matmul) first."""
 
     def _init_params(self, out_features, *, use_bias, dtype, param_dtype, kernel_init, bias_init,
-                     weight_norm, rngs):
+                     weight_norm, rngs, kernel_metadata=MappingProxyType({}), bias_metadata=MappingProxyType({})):
         self.out_features = out_features
         self.use_bias, self.dtype, self.param_dtype, self.weight_norm = use_bias, dtype, param_dtype, weight_norm
         init = layer_utils.resolve_kernel_init(kernel_init, self.matmul, conv=self.op)
-        self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype))
-        self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype)) if use_bias
+        self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype), **kernel_metadata)
+        self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype), **bias_metadata) if use_bias
                      else nnx.data(None))
         self.scale = nnx.Param(jnp.ones((out_features,), param_dtype)) if weight_norm else nnx.data(None)
 
@@ -85,13 +87,17 @@ class BlockSparseLinear(_BlockSparseLayer):
       dtype: computation dtype (default: promote input and parameters, as ``nnx.Linear``).
       param_dtype: parameter dtype.
       precision: float32 matmul accuracy (None, "default", "highest" or a ``lax.Precision``).
+      kernel_metadata, bias_metadata: metadata of the ``kernel`` and ``bias`` parameters, as
+        ``nnx.Linear``'s (e.g. ``{"sharding": ...}``; the kernel's describes its packed shape).
     """
 
     def __init__(self, in_features: int, out_features: int, *, layout, block_size: int,
                  use_bias: bool = True, dtype=None, param_dtype=jnp.float32, precision=None,
                  kernel_init=None, bias_init=default_bias_init, weight_norm: bool = False,
+                 kernel_metadata=MappingProxyType({}), bias_metadata=MappingProxyType({}),
                  rngs: nnx.Rngs):
         self.in_features = in_features
         self.op = self.matmul = layer_utils.make_op(in_features, out_features, layout, block_size, precision)
         self._init_params(out_features, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
-                          kernel_init=kernel_init, bias_init=bias_init, weight_norm=weight_norm, rngs=rngs)
+                          kernel_init=kernel_init, bias_init=bias_init, weight_norm=weight_norm, rngs=rngs,
+                          kernel_metadata=kernel_metadata, bias_metadata=bias_metadata)
