@@ -181,3 +181,23 @@ def test_sparse_cells_and_widths_name_the_bad_argument():
                                    ({"density": None}, TypeError, "density must be a number")):
         with pytest.raises(error, match=message):
             jbs.nn.sparse_width_for_params(**{"dense_width": 3072, "density": 0.03, **kwargs})
+
+
+def test_layers_name_a_float64_computation():
+    """float64 parameters (x64 on) promote the layer's computation to float64, which the ops do
+    not take: the error names the promotion and the way out, and dtype=float32 works."""
+    jax = pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    import jbs.linen
+    import jbs.nn
+    with jax.enable_x64(True):
+        x = jnp.ones((2, 16), jnp.float32)
+        layer = jbs.nn.BlockSparseLinear(16, 16, layout=np.eye(2), block_size=8, param_dtype=jnp.float64,
+                                         rngs=nnx.Rngs(0))
+        with pytest.raises(TypeError, match=r"computes in float64 .*param_dtype=float64.*pass dtype="):
+            layer(x)
+        layer.dtype = jnp.float32
+        assert layer(x).dtype == jnp.float32
+        dense = jbs.linen.BlockSparseDense(16, layout=np.eye(2), block_size=8, param_dtype=jnp.float64)
+        with pytest.raises(TypeError, match=r"computes in float64"):
+            dense.init(jax.random.key(0), x)

@@ -15,6 +15,16 @@ from jbs.conv import BlockSparseConv
 from jbs.matmul import BlockSparseMatMul
 
 
+def check_compute_dtype(inputs, param_dtype) -> None:
+    """The dtype a layer computes in (the promotion of its inputs and parameters, or its
+    ``dtype``) must be one the ops take: a float64 there most often comes from the parameters."""
+    if inputs.dtype not in validation.FLOAT_DTYPES:
+        expected = ", ".join(str(d) for d in validation.FLOAT_DTYPES)
+        raise TypeError(f"the layer computes in {inputs.dtype} (its dtype, or the promotion of the inputs' "
+                        f"dtype and param_dtype={jnp.dtype(param_dtype)}); jbs computes in {expected}: "
+                        f"pass dtype= one of them")
+
+
 def make_op(in_features: int, out_features: int, layout, block_size: int, precision) -> BlockSparseMatMul:
     """The matmul op of a layer, checking that the layout covers (in_features, out_features)."""
     block_size = validation.check_block_size(block_size)

@@ -27,6 +27,7 @@ def _apply(module: nn.Module, matmul, op, inputs):
     bias = (module.param("bias", module.bias_init, (module.features,), module.param_dtype)
             if module.use_bias else None)
     inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=module.dtype)
+    layer_utils.check_compute_dtype(inputs, module.param_dtype)
     y = op(inputs, kernel)
     return y if bias is None else y + bias
 

@@ -48,6 +48,7 @@ class _BlockSparseLayer(nnx.Module):
     def __call__(self, inputs: jax.Array) -> jax.Array:
         bias = self.bias[...] if self.bias is not None else None
         inputs, kernel, bias = dtypes.promote_dtype((inputs, self.effective_kernel(), bias), dtype=self.dtype)
+        layer_utils.check_compute_dtype(inputs, self.param_dtype)
         y = self.op(inputs, kernel)
         return y if bias is None else y + bias
 
