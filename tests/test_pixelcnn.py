@@ -95,6 +95,11 @@ def test_sampler_draws_from_the_mixture(rng):
     samples = sample_discretized_mix_logistic(jax.random.key(0), jnp.broadcast_to(outputs, (40000, 20)))
     levels = np.asarray((samples + 1) * 127.5)
     np.testing.assert_allclose(levels, np.round(levels), atol=1e-3)
+    # Jitted too, the values stay within [-1, 1] (the edges exactly on -1 and 1).
+    extreme = jnp.zeros((1000, 10)).at[:, 1:4].set(50.0)
+    for sample in (sample_discretized_mix_logistic, jax.jit(sample_discretized_mix_logistic)):
+        assert float(sample(jax.random.key(0), extreme).max()) == 1.0
+        assert float(sample(jax.random.key(0), -extreme).min()) == -1.0
     # Red's exact marginal, sum_m pi_m p_m(red), from the parameters' layout: logits, then per
     # colour channel the means, log scales and coefficients of the 2 components.
     values = jnp.arange(256, dtype=jnp.float32) / 127.5 - 1

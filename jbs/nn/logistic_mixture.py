@@ -84,7 +84,9 @@ def sample_discretized_mix_logistic(key, outputs):
     u = jax.random.uniform(noise_key, outputs.shape[:-1] + (3,), minval=1e-5, maxval=1.0 - 1e-5)
     logistic = pick(means) + jnp.exp(pick(log_scales)) * (jnp.log(u) - jnp.log1p(-u))
     coefficients = pick(coefficients)
-    quantise = lambda v: jnp.clip(jnp.round((v + 1.0) * 127.5), 0, 255) / 127.5 - 1.0
+    # Centred on 127.5 so that 0 and 255 land on -1 and 1 exactly even where XLA multiplies by
+    # the reciprocal (v / 127.5 - 1 gave 1.0000001 under jit).
+    quantise = lambda v: (jnp.clip(jnp.round((v + 1.0) * 127.5), 0, 255) - 127.5) / 127.5
     red = quantise(logistic[..., 0])
     green = quantise(logistic[..., 1] + coefficients[..., 0] * red)
     blue = quantise(logistic[..., 2] + coefficients[..., 1] * red + coefficients[..., 2] * green)
