@@ -42,26 +42,25 @@ def _pair(name, value, minimum):
     return tuple(int(v) for v in pair)
 
 
-PADDING_FORMS = "'SAME', 'VALID', an int, a pair of ints (per axis) or ((lo, hi), (lo, hi))"
+def _padding_forms(names) -> str:
+    return ", ".join(map(repr, names)) + ", an int, or per axis an int or a (lo, hi) pair"
 
 
-def _check_padding(padding):
-    """"SAME" / "VALID", or explicit ((lo, hi), (lo, hi)); as in flax, an int p means p on every
-    side and a pair (ph, pw) means ph above and below, pw left and right."""
+def _check_padding(padding, names):
+    """One of ``names`` (lax's: "SAME_LOWER" puts the odd pixel before), or explicit padding; as
+    in flax, an int p means p on every side, and per axis an int p means p before and after."""
     if isinstance(padding, str):
-        if padding.upper() not in ("SAME", "VALID"):
-            raise ValueError(f"padding must be {PADDING_FORMS}, got {padding!r}")
+        if padding.upper() not in names:
+            raise ValueError(f"padding must be {_padding_forms(names)}, got {padding!r}")
         return padding.upper()
     is_int = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
     if is_int(padding):
         padding = ((padding, padding), (padding, padding))
     try:
-        items = tuple(padding)
-        if len(items) == 2 and all(is_int(v) for v in items):
-            items = tuple((v, v) for v in items)
-        pads = tuple((lo, hi) for lo, hi in items)
+        pads = tuple((v, v) if is_int(v) else tuple(v) for v in padding)
+        pads = tuple((lo, hi) for lo, hi in pads)
     except (TypeError, ValueError):
-        raise ValueError(f"padding must be {PADDING_FORMS}, got {padding!r}") from None
+        raise ValueError(f"padding must be {_padding_forms(names)}, got {padding!r}") from None
     if len(pads) != 2 or not all(is_int(v) for pair in pads for v in pair):
         raise ValueError(f"explicit padding must be two (lo, hi) pairs of ints, got {padding!r}")
     pads = tuple((int(lo), int(hi)) for lo, hi in pads)
@@ -71,6 +70,7 @@ def _check_padding(padding):
 
 
 class _ConvBase:
+    _padding_names = ("SAME", "SAME_LOWER", "VALID")  # lax's
     # The outputs' name for jax.checkpoint policies (see BlockSparseMatMul.checkpoint_name).
     checkpoint_name = "jbs.conv"
 
@@ -79,7 +79,7 @@ class _ConvBase:
         self.kernel_size = _pair("kernel_size", kernel_size, 1)
         self.strides = _pair("strides", strides, 1)
         self.dilation = _pair("dilation", dilation, 1)
-        self.padding = _check_padding(padding)
+        self.padding = _check_padding(padding, self._padding_names)
         self._channels = BlockSparseMatMul(layout, block_size, precision=precision)
         self._tables = conv_tables_for(self._channels.layout, self.kernel_size[0] * self.kernel_size[1],
                                       block_size)
@@ -143,12 +143,10 @@ class _ConvBase:
     def _conv(self, x, w, geometry_for, pads, out_hw):
         """Binds the forward primitive on the im2col matrix that ``geometry_for`` describes."""
         n, h, wd, c = x.shape
-        if h * wd == 0 and min(out_hw) >= 0:  # empty images give an empty output, as in lax
-            return jnp.zeros((n,) + tuple(out_hw) + (self.features[1],), x.dtype)
-        if min(out_hw) < 1:
-            raise ValueError(f"the input of {h}x{wd} pixels with padding {pads} is smaller than the "
-                             f"dilated kernel {self._dilated_kernel()}: the output would be "
-                             f"{out_hw[0]}x{out_hw[1]}")
+        if h * wd == 0 or min(out_hw) < 1:
+            # No input pixel reaches an output pixel (empty images, or images smaller than the
+            # dilated kernel): zeros, with no output rows or columns where lax has none.
+            return jnp.zeros((n,) + tuple(max(size, 0) for size in out_hw) + (self.features[1],), x.dtype)
         if self.nnz == 0:  # an all-zero kernel (a layout without blocks): nothing to launch
             return jnp.zeros((n,) + tuple(out_hw) + (self.features[1],), x.dtype)
         geometry = geometry_for(self.kernel_size, (h, wd), out_hw, self.strides, self.dilation,
@@ -174,8 +172,10 @@ class BlockSparseConv(_ConvBase):
       layout: (C // bs, K // bs) channel-block layout, shared by all filter taps.
       block_size: 8, 16, 32 or 64.
       kernel_size, strides, dilation: int or pair.
-      padding: "SAME", "VALID", explicit ((top, bottom), (left, right)), an int (every side)
-        or a pair of ints (top and bottom, left and right), as flax's convolutions take it.
+      padding: "SAME", "SAME_LOWER" (lax's: the odd pixel of padding before), "VALID", explicit
+        ((top, bottom), (left, right)), an int (every side), or per axis an int (before and
+        after) or a (lo, hi) pair, as flax's convolutions take it. An image smaller than the
+        dilated kernel gives an empty output, as in lax.
     """
 
     def __call__(self, x, w):
@@ -215,6 +215,8 @@ class BlockSparseConvTranspose(_ConvBase):
     kernel: the input is dilated by ``strides`` and convolved with stride 1. With "SAME" padding
     the output is ``strides`` times the input size (PixelCNN++'s up-sampling)."""
 
+    _padding_names = ("SAME", "VALID")  # lax.conv_transpose's
+
     def __call__(self, x, w):
         x, w = self._check_x(x), self._check_w(w)
         if isinstance(self.padding, str):
@@ -226,3 +228,8 @@ class BlockSparseConvTranspose(_ConvBase):
         out_hw = tuple((size - 1) * s + 1 + lo + hi - k + 1 for size, (lo, hi), k, s
                        in zip(x.shape[1:3], pads, self._dilated_kernel(), self.strides))
         return self._conv(x, w, ConvGeometry.transposed_convolution, pads, out_hw)
+
+    def __repr__(self):
+        return (f"BlockSparseConvTranspose(C={self.features[0]}, K={self.features[1]}, "
+                f"kernel_size={self.kernel_size}, strides={self.strides}, padding={self.padding!r}, "
+                f"dilation={self.dilation}, block_size={self.block_size}, nnz={self.nnz})")

@@ -32,6 +32,7 @@ CASES = [  # kernel_size, strides, padding, dilation
     ((1, 1), 1, "SAME", 1), ((3, 3), 1, "SAME", 1), ((3, 3), 2, "SAME", 1), ((2, 3), 1, ((1, 0), (2, 0)), 1),
     ((2, 2), 1, ((1, 0), (1, 0)), 1), ((2, 1), 1, ((1, 0), (0, 0)), 1), ((1, 3), 1, ((0, 0), (1, 1)), 1),
     ((5, 5), 1, "VALID", 1), ((3, 2), 2, "VALID", 1), ((3, 3), 1, "SAME", 2), ((2, 3), 2, ((1, 1), (0, 2)), 2),
+    ((2, 3), 2, "SAME_LOWER", 1), ((4, 3), 1, "SAME_LOWER", 2), ((3, 3), 1, (1, (0, 2)), 1),
 ]
 
 
@@ -115,8 +116,20 @@ def test_conv_packing_and_errors(rng):
         jbs.BlockSparseConv(layout, 8, 3, strides=0)
     with pytest.raises(TypeError, match="kernel_size must be an int or a pair"):
         jbs.BlockSparseConv(layout, 8, (3, 3, 3))
-    with pytest.raises(ValueError, match="smaller than the dilated kernel"):
-        jbs.BlockSparseConv(layout, 8, 5, padding="VALID")(jnp.ones((1, 3, 3, 24)), random_array(rng, (5, 5, conv.nnz, 8, 8), jnp.float32))
+    with pytest.raises(ValueError, match="padding must be 'SAME', 'VALID', an int"):
+        jbs.BlockSparseConvTranspose(layout, 8, 3, padding="SAME_LOWER")
+
+
+@pytest.mark.parametrize("in_hw,kernel_size,padding,dilation", [((3, 3), 5, "VALID", 1), ((3, 10), 5, "VALID", 1),
+                                                             ((7, 9), 3, ((0, 0), (1, 1)), 4)])
+def test_images_smaller_than_the_kernel_give_lax_s_empty_output(rng, in_hw, kernel_size, padding, dilation):
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 2, 3), 8, kernel_size, padding=padding, dilation=dilation)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    x = random_array(rng, (2,) + in_hw + (16,), jnp.float32)
+    ref = dense_conv(conv, x, conv.to_dense(w))
+    assert 0 in ref.shape and conv(x, w).shape == ref.shape
+    gx, gw = jax.grad(lambda x, w: conv(x, w).sum(), (0, 1))(x, w)
+    assert not np.any(gx) and not np.any(gw)
 
 
 def test_empty_images_give_empty_outputs_as_in_lax(rng):

@@ -372,7 +372,7 @@ def test_conv_layer_init_and_data_dependent_init(rng):
                                 precision="highest", rngs=nnx.Rngs(0))
     out = np.asarray(wn.data_dependent_init(random_array(rng, (8, 6, 6, 160), jnp.float32) * 2 + 1))
     np.testing.assert_allclose(out[..., live].reshape(-1, live.sum()).std(axis=0), 1.0, rtol=1e-3)
-    delta = jbs.nn.BlockSparseConv(32, 32, 3, layout=np.eye(2), block_size=16, kernel_init="identity",
+    delta = jbs.nn.BlockSparseConv(32, 32, (3, 3), layout=np.eye(2), block_size=16, kernel_init="identity",
                                    use_bias=False, precision="highest", rngs=nnx.Rngs(0))
     x = random_array(rng, (1, 5, 5, 32), jnp.float32)
     np.testing.assert_allclose(delta(x), x, rtol=1e-6)
@@ -380,6 +380,8 @@ def test_conv_layer_init_and_data_dependent_init(rng):
 
 @pytest.mark.parametrize("kernel_size,padding,dilation", [
     ((2, 2), "SAME", 1), ((2, 3), "SAME", 1), ((4, 4), "SAME", 1), ((5, 2), "SAME", 1), ((3, 3), "SAME", 2),
+    ((2, 3), "SAME_LOWER", 1), ((4, 2), "SAME_LOWER", 1), ((5, 3), "SAME_LOWER", 2), ((2, 3), "CIRCULAR", 1),
+    ((3, 3), "REFLECT", 2),
     ((2, 3), ((1, 0), (1, 1)), 1), ((2, 2), ((1, 0), (1, 0)), 1), ((1, 3), ((0, 0), (1, 1)), 1)])
 def test_identity_conv_init_passes_the_image_through_under_its_padding(rng, kernel_size, padding, dilation):
     """The delta sits on the tap that reads each pixel itself: an even kernel with "SAME" pads
@@ -421,6 +423,21 @@ def test_identity_recurrent_init_reaches_every_gate():
     np.testing.assert_array_equal(fused.to_dense(kernel), every_gate)
 
 
+def test_conv_layers_take_a_pair_kernel_size_name_the_inputs_channels_and_pad_edges_only_forward():
+    """An int kernel_size is a 1-D kernel in flax: the 2-D layers ask for a pair rather than read
+    a (N, L, C) batch of sequences as one image; edge padding is for forward convolutions."""
+    with pytest.raises(TypeError, match=r"kernel_size must be a pair \(kh, kw\).*got 3"):
+        jbs.nn.BlockSparseConv(16, 16, 3, layout=np.eye(2), block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="kernel_size must be a pair"):
+        jbs.linen.BlockSparseConv(16, 3, layout=np.eye(2), block_size=8).init(jax.random.key(0), jnp.ones((1, 4, 4, 16)))
+    linen = jbs.linen.BlockSparseConv(24, (3, 3), layout=np.ones((2, 3)), block_size=8)
+    with pytest.raises(ValueError, match=r"\(1, 3\) = \(the inputs' features // block_size.*inputs' features=8"):
+        linen.init(jax.random.key(0), jnp.ones((1, 5, 5, 8)))
+    with pytest.raises(ValueError, match="padding='CIRCULAR' pads a convolution's inputs"):
+        jbs.nn.BlockSparseConv(16, 16, (3, 3), layout=np.eye(2), block_size=8, padding="CIRCULAR", transpose=True,
+                               rngs=nnx.Rngs(0))
+
+
 def test_cell_init_strings_and_linen_hashing():
     layout = np.ones((2, 2))
     with pytest.raises(ValueError, match="kernel_init of a dense input projection"):
@@ -434,7 +451,8 @@ def test_cell_init_strings_and_linen_hashing():
     assert apply(dense, params, jnp.ones((2, 16))).shape == (2, 16)
 
 
-@pytest.mark.parametrize("padding", [1, (1, 2), ((1, 0), (2, 1)), "SAME"])
+@pytest.mark.parametrize("padding", [1, (1, 2), ((1, 0), (2, 1)), (1, (0, 2)), "SAME", "SAME_LOWER", "CIRCULAR",
+                                     "REFLECT"])
 def test_conv_layer_takes_nnx_convs_inputs_and_paddings(rng, padding):
     """Like nnx.Conv: any leading batch axes (none: one image) and flax's padding forms."""
     layout = awkward_layout(rng, 2, 3)

@@ -11,16 +11,18 @@ from flax.linen.dtypes import promote_dtype
 
 from jbs._src import layer_utils, validation
 from jbs._src.validation import FrozenLayout
-from jbs.conv import BlockSparseConv as BlockSparseConvOp
-from jbs.conv import BlockSparseConvTranspose as BlockSparseConvTransposeOp
 from jbs.nn.recurrent import check_carry, check_hidden_features, gate_layout, lstm_update, recurrent_init
 
 
-def _apply(module: nn.Module, matmul, op, inputs):
+# What make_op calls the features of a Linen layer, which reads its in_features off its inputs.
+LINEN_NAMES = ("the inputs' features", "features")
+
+
+def _apply(module: nn.Module, matmul, op, inputs, edges=None):
     """Creates the layer's parameters (kernel, scale, bias) in ``module`` and applies ``op``:
     shared by the dense and conv layers, which differ only in the op and the kernel shape."""
-    kernel = module.param("kernel", layer_utils.resolve_kernel_init(module.kernel_init, matmul, conv=op),
-                          op.w_shape, module.param_dtype)
+    init = layer_utils.resolve_kernel_init(module.kernel_init, matmul, conv=op, edges=edges)
+    kernel = module.param("kernel", init, op.w_shape, module.param_dtype)
     if module.weight_norm:
         scale = module.param("scale", nn.initializers.ones_init(), (module.features,), module.param_dtype)
         kernel = layer_utils.weight_normalize(matmul, kernel, scale)
@@ -56,7 +58,7 @@ class BlockSparseDense(_FrozenLayoutMixin, nn.Module):
     @nn.compact
     def __call__(self, inputs):
         op = layer_utils.make_op(inputs.shape[-1], self.features, self.layout, self.block_size,
-                                 self.precision)
+                                 self.precision, names=LINEN_NAMES)
         return _apply(self, op, op, inputs)
 
 
@@ -82,11 +84,11 @@ class BlockSparseConv(_FrozenLayoutMixin, nn.Module):
     @nn.compact
     def __call__(self, inputs):
         matmul = layer_utils.make_op(inputs.shape[-1], self.features, self.layout, self.block_size,
-                                     self.precision)
-        op_type = BlockSparseConvTransposeOp if self.transpose else BlockSparseConvOp
-        op = op_type(matmul.layout, self.block_size, self.kernel_size, self.strides, self.padding,
-                     self.dilation, precision=self.precision)
-        return layer_utils.over_images(lambda images: _apply(self, matmul, op, images), inputs)
+                                     self.precision, names=LINEN_NAMES)
+        op, edges = layer_utils.conv_layer_op(matmul, self.kernel_size, self.strides, self.padding, self.dilation,
+                                              self.transpose, self.precision)
+        return layer_utils.over_images(
+            lambda images: _apply(self, matmul, op, layer_utils.pad_edges(images, edges), edges), inputs)
 
 
 class SparseLSTMCell(nn.RNNCellBase):

@@ -21,10 +21,11 @@ class _BlockSparseLayer(nnx.Module):
     ``self.op`` (the op applied) and ``self.matmul`` (its channel-block matmul) first."""
 
     def _init_params(self, out_features, *, use_bias, dtype, param_dtype, kernel_init, bias_init,
-                     weight_norm, rngs, kernel_metadata=MappingProxyType({}), bias_metadata=MappingProxyType({})):
+                     weight_norm, rngs, kernel_metadata=MappingProxyType({}), bias_metadata=MappingProxyType({}),
+                     edges=None):
         self.out_features = out_features
         self.use_bias, self.dtype, self.param_dtype, self.weight_norm = use_bias, dtype, param_dtype, weight_norm
-        init = layer_utils.resolve_kernel_init(kernel_init, self.matmul, conv=self.op)
+        init = layer_utils.resolve_kernel_init(kernel_init, self.matmul, conv=self.op, edges=edges)
         self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype), **kernel_metadata)
         self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype), **bias_metadata) if use_bias
                      else nnx.data(None))
