@@ -65,11 +65,19 @@ def test_output_shape_and_bad_input(model, rng):
     (dict(features=40), "features=40 must be a multiple of block_size=16"),
     (dict(resnets=0), "resnets must be a positive int"),
     (dict(mixtures=1.5), "mixtures must be a positive int"),
-    (dict(density=0.0), r"density must be in \(0, 1\]")])
+    (dict(density=0.0), r"density must be in \(0, 1\]"),
+    (dict(dropout=1.5), r"dropout must be a rate in \[0, 1\), got 1.5")])
 def test_bad_model_arguments(options, message):
     features = options.pop("features", 32)
     with pytest.raises(ValueError, match=message):
         PixelCNNPP(features, **dict(dict(resnets=1, mixtures=2, block_size=16), **options), rngs=nnx.Rngs(0))
+
+
+def test_loss_refuses_images_on_the_8_bit_scale():
+    outputs = jnp.zeros((1, 4, 4, 10))
+    with pytest.raises(ValueError, match=r"scaled to \[-1, 1\].*got values in \[200, 200\]"):
+        discretized_mix_logistic_loss(jnp.full((1, 4, 4, 3), 200.0), outputs)
+    assert np.isfinite(float(jax.jit(discretized_mix_logistic_loss)(jnp.zeros((1, 4, 4, 3)), outputs)))
 
 
 def test_mixture_is_normalised_over_all_colours(rng):

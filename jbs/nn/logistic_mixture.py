@@ -42,10 +42,22 @@ def _conditional_means(means, coefficients, x):
                      axis=-2)
 
 
+def _check_scaled(x) -> None:
+    """Images on the 0..255 scale (a common slip) give a finite, plausible-looking loss: refused
+    where the values are known (outside jit; a traced x is not checked)."""
+    if isinstance(x, jax.core.Tracer) or x.size == 0:
+        return
+    low, high = float(jnp.min(x)), float(jnp.max(x))
+    if low < -1.0 - 1e-3 or high > 1.0 + 1e-3:
+        raise ValueError(f"x must hold images scaled to [-1, 1] (8-bit pixels p as p / 127.5 - 1); got values "
+                         f"in [{low:g}, {high:g}]")
+
+
 def discretized_mix_logistic_log_prob(x, outputs):
     """log p(x) per pixel (..., ) in nats; ``x`` (..., 3) in [-1, 1] on the 8-bit grid,
     ``outputs`` (..., 10 * mixtures) the network's output at the same pixels."""
     x = jnp.asarray(x, jnp.float32)
+    _check_scaled(x)
     logits, means, log_scales, coefficients = _parameters(x.shape, jnp.asarray(outputs, jnp.float32))
     means = _conditional_means(means, coefficients, x)
     centred = x[..., None] - means

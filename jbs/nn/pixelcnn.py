@@ -131,6 +131,9 @@ class PixelCNNPP(nnx.Module):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if features % block_size:
             raise ValueError(f"features={features} must be a multiple of block_size={block_size}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.integer, np.floating)) \
+                or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a rate in [0, 1), got {dropout!r}")
         if layout_fn is None:
             if not 0 < density <= 1:
                 raise ValueError(f"density must be in (0, 1], got {density!r}")
