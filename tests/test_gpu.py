@@ -217,6 +217,27 @@ def test_data_parallel_batch_stays_sharded(rng):
     assert sharded[1][0].sharding.spec[0] == "data"
 
 
+def test_kernels_inside_shard_map(rng):
+    """The custom calls inside a shard_map body (check_vma on, as by default), over every GPU
+    there is: the replicated weight's gradient is summed over the devices, as dense math's."""
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 16, 12), 32, precision="highest")
+    x = random_array(rng, (64 * len(jax.devices()), bsmm.shape[0]), jnp.float32)
+    w = random_array(rng, bsmm.w_shape, jnp.float32)
+
+    def grads(matmul):
+        body = lambda x, w: jax.lax.psum(jnp.sum(jnp.sin(matmul(x, w))), "data")
+        return jax.jit(jax.grad(jax.shard_map(body, mesh=mesh, in_specs=(P("data"), P()), out_specs=P()), (0, 1)))
+
+    step = grads(bsmm)
+    assert "jbs_bsmm_dw" in step.lower(x, w).compile().as_text()
+    dense = grads(lambda x, w: jnp.matmul(x, bsmm.to_dense(w), precision=jax.lax.Precision.HIGHEST))
+    for got, want in zip(step(x, w), dense(x, w)):
+        assert rel_error(got, f64(want)) < tolerance(jnp.float32, "highest")
+
+
 def _check_stacked(bsmm, x, w, g, y, dx, stacked, dtype):
     """y and dx of a vmap over 3 stacked activations ("x"), weights ("w") or both against
     float64 (dx only where x is stacked: otherwise it is summed over the weights)."""
