@@ -96,6 +96,8 @@ def test_layout_generators_validate():
         jbs.layouts.watts_strogatz(8, 2, 1.5, seed=0)
     with pytest.raises(ValueError, match="rows must be a positive int"):
         jbs.layouts.random(0, 4, 0.5, seed=0)
+    with pytest.raises(TypeError, match="m must be a positive int, got 2.0"):
+        jbs.layouts.barabasi_albert(10, 2.0, seed=0)
     with pytest.raises(ValueError, match=r"multiples of block_size=8; got shape \(12, 16\)"):
         jbs.layouts.magnitude_prune(np.ones((12, 16)), 8, 0.5)
 
@@ -156,6 +158,16 @@ def test_magnitude_prune_needs_finite_real_weights():
         with pytest.raises(TypeError, match=f"weights must be a real .* got dtype {bad.dtype}"):
             jbs.layouts.magnitude_prune(bad, 8, 0.5)
     assert np.isnan(nan).sum() == 1 and nan[0, 0] == 1  # the caller's array is left as it was
+
+
+def test_magnitude_prune_takes_bfloat16_and_huge_weights():
+    """JAX's float types (bfloat16, numpy does not know it as a float) and weights whose squares
+    would overflow rank as their float64 values do."""
+    weights = np.random.default_rng(0).standard_normal((32, 48))
+    expected = jbs.layouts.magnitude_prune(weights, 8, 0.25)
+    assert expected.sum() == 6
+    np.testing.assert_array_equal(jbs.layouts.magnitude_prune(jnp.asarray(weights, jnp.bfloat16), 8, 0.25), expected)
+    np.testing.assert_array_equal(jbs.layouts.magnitude_prune(weights * 1e200, 8, 0.25), expected)
 
 
 def test_sparse_cells_and_widths_name_the_bad_argument():

@@ -251,6 +251,14 @@ def test_sparse_width_for_params():
     assert width % 32 == 0 and 17000 < width < 18500
     assert 0.97 < 0.03 * width**2 / 3072**2 < 1.03
     assert jbs.nn.sparse_width_for_params(1024, 1.0, input_features=256, block_size=8) == 1024
+    # With the input projection counted, a cell built at that width (a random layout of the
+    # density asked) has a dense cell's parameters within 2% (shapes only: nothing allocated).
+    width = jbs.nn.sparse_width_for_params(3072, 0.03, input_features=256)
+    count = lambda make: sum(v.size for v in jax.tree.leaves(nnx.state(nnx.eval_shape(make), nnx.Param)))
+    layout = jbs.layouts.random(width // 32, width // 32, 0.03, seed=0)
+    sparse = count(lambda: jbs.nn.SparseLSTMCell(256, width, layout=layout, block_size=32, rngs=nnx.Rngs(0)))
+    dense = count(lambda: nnx.OptimizedLSTMCell(256, 3072, rngs=nnx.Rngs(0)))
+    assert 14000 < width < 15000 and 0.98 < sparse / dense < 1.02
 
 
 def test_split_merge_and_orbax_checkpoint_round_trip(rng, tmp_path):

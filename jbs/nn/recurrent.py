@@ -62,18 +62,20 @@ def check_carry(h, hidden_features, name: str = "hidden_features") -> None:
 
 
 def sparse_width_for_params(dense_width: int, density: float, *, input_features: int = 0,
-                            block_size: int = 32, gates: int = 4) -> int:
-    """Hidden width of a sparse cell with about the parameters of a dense cell of ``dense_width``.
+                            block_size: int = 32) -> int:
+    """Hidden width of a sparse cell with about the parameters of a dense cell of ``dense_width``
+    (the same kind of cell: their gate counts scale both sides alike).
 
-    Counts the recurrent weights (``gates * H^2``, times ``density`` when sparse) and a dense
-    input projection (``gates * input_features * H``); the result is a multiple of block_size.
-    E.g. ``sparse_width_for_params(3072, 0.03)`` is about 17.7k: the seed's ~3k dense against
-    ~18k sparse units at ~97% sparsity.
+    Counts the recurrent weights (``H^2`` per gate, times ``density`` when sparse) and, with
+    ``input_features``, the dense input projection (``input_features * H`` per gate); biases
+    and layer norms (under 1%) are left out. The result is a multiple of block_size. E.g.
+    ``sparse_width_for_params(3072, 0.03)`` is about 17.7k (the ~3k dense against ~18k sparse
+    units of OpenAI's small-world LSTMs, recurrent weights only); with 256 inputs counted,
+    ``input_features=256``, about 14.7k.
     """
     dense_width = _check_int("dense_width", dense_width, minimum=1)
     input_features = _check_int("input_features", input_features, minimum=0)
     block_size = validation.check_block_size(block_size)
-    _check_int("gates", gates, minimum=1)
     if isinstance(density, bool) or not isinstance(density, (int, float, np.integer, np.floating)):
         raise TypeError(f"density must be a number, got {density!r}")
     if not 0.0 < density <= 1.0:
