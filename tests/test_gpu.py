@@ -28,23 +28,45 @@ def test_custom_calls_are_in_the_compiled_hlo(rng):
         assert target in hlo, f"{target} missing from the compiled HLO"
 
 
+def _check_three_ops(rng, bsmm, n, dtype, precision=None):
+    """y, dx and dw of one call on fresh random data against float64."""
+    x = random_array(rng, (n, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (n, bsmm.shape[1]), dtype)
+    y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
+    dx, dw = jax.jit(pullback)(g)
+    W = dense_f64(bsmm, w)
+    tol = tolerance(dtype, precision)
+    assert rel_error(y, f64(x) @ W) < tol, n
+    assert rel_error(dx, f64(g) @ W.T) < tol, n
+    assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tol, n
+
+
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 13, 300, 2049])
 def test_all_three_ops_against_float64(rng, bs, dtype, n):
     layout = heavy_column_layout(rng, 24, 9)
     for precision in ([None, "highest"] if dtype == jnp.float32 else [None]):
-        bsmm = jbs.BlockSparseMatMul(layout, bs, precision=precision)
-        x = random_array(rng, (n, bsmm.shape[0]), dtype)
-        w = random_array(rng, bsmm.w_shape, dtype)
-        g = random_array(rng, (n, bsmm.shape[1]), dtype)
-        y, pullback = jax.jit(lambda x, w: jax.vjp(bsmm, x, w))(x, w)
-        dx, dw = jax.jit(pullback)(g)
-        W = dense_f64(bsmm, w)
-        tol = tolerance(dtype, precision)
-        assert rel_error(y, f64(x) @ W) < tol
-        assert rel_error(dx, f64(g) @ W.T) < tol
-        assert rel_error(dw, np.asarray(bsmm.from_dense(f64(x).T @ f64(g)))) < tol
+        _check_three_ops(rng, jbs.BlockSparseMatMul(layout, bs, precision=precision), n, dtype, precision)
+
+
+@pytest.mark.parametrize("limit", [166912, 101376])  # an A100's opt-in, an sm_86 / sm_89's
+@pytest.mark.parametrize("bs", [16, 32, 64])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_kernels_fit_gpus_with_less_shared_memory(rng, monkeypatch, limit, bs, dtype):
+    """With the shared memory of a block capped as on an A100 or an RTX-class GPU
+    (JBS_MAX_SMEM_PER_BLOCK), the dispatch passes over the kernels sized for Hopper (the deep
+    small-N stream kernels, the fp32 column-group kernel) for ones that fit; results stay right.
+    (The sm_90-only paths still run here; an Ampere GPU never takes them.)"""
+    monkeypatch.setenv("JBS_MAX_SMEM_PER_BLOCK", str(limit))
+    monkeypatch.setenv("JBS_STREAM_BIG", "1")  # the deepest small-N variants where they fit
+    for hopper_only in ("JBS_GROUP_TMA", "JBS_WGMMA"):  # large N: to the mma.sync group kernel's rule
+        monkeypatch.setenv(hopper_only, "0")
+    layout = heavy_column_layout(rng, 24, 16, density=0.6)
+    bsmm = jbs.BlockSparseMatMul(layout, bs)
+    for n in (1, 16, 48, 64, 700):
+        _check_three_ops(rng, bsmm, n, dtype)
 
 
 @pytest.mark.parametrize("bs", [8, 16, 32, 64])

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -29,74 +31,96 @@ inline cudaError_t opt_in_smem(const void* kernel, size_t smem_bytes) {
   if (done.count({kernel, device})) return cudaSuccess;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem_bytes));
-  if (err == cudaSuccess) done.insert({kernel, device});
-  return err;
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // returned here: not to be reported again by the next op's launch
+    return err;
+  }
+  done.insert({kernel, device});
+  return cudaSuccess;
 }
 
 // How many CTAs of `threads` threads and `smem_bytes` of dynamic shared memory
 // fit on one SM of the current device at once (thread and shared-memory limits,
-// 1 KiB reserved per CTA). Device attributes are cached per device.
+// 1 KiB reserved per CTA). Device attributes are cached per device; XLA may run the
+// handlers of several devices on several threads, hence atomics (the shared-memory
+// figure is published last, so a thread that sees it sees the thread count too).
 inline int resident_ctas_per_sm(int threads, size_t smem_bytes) {
-  static int smem_per_sm[64] = {};
-  static int threads_per_sm[64] = {};
+  static std::atomic<int> smem_per_sm[64] = {};
+  static std::atomic<int> threads_per_sm[64] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
-  if (smem_per_sm[device] == 0) {
-    int smem = 0, thr = 0;
+  int smem = smem_per_sm[device].load(std::memory_order_acquire);
+  if (smem == 0) {
+    int thr = 0;
     cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
     cudaDeviceGetAttribute(&thr, cudaDevAttrMaxThreadsPerMultiProcessor, device);
-    threads_per_sm[device] = thr > 0 ? thr : 2048;
-    smem_per_sm[device] = smem > 0 ? smem : 228 * 1024;
+    smem = smem > 0 ? smem : 228 * 1024;
+    threads_per_sm[device].store(thr > 0 ? thr : 2048, std::memory_order_relaxed);
+    smem_per_sm[device].store(smem, std::memory_order_release);
   }
-  const size_t by_smem = static_cast<size_t>(smem_per_sm[device]) / (smem_bytes + 1024);
-  const int by_threads = threads_per_sm[device] / threads;
+  const size_t by_smem = static_cast<size_t>(smem) / (smem_bytes + 1024);
+  const int by_threads = threads_per_sm[device].load(std::memory_order_relaxed) / threads;
   const int n = static_cast<int>(by_smem < static_cast<size_t>(by_threads) ? by_smem : by_threads);
   return n > 0 ? n : 1;
 }
 
 // The most dynamic shared memory one block of the current device may opt in to
 // (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86 / sm_89), cached per device.
+// JBS_MAX_SMEM_PER_BLOCK=bytes lowers it (read at every launch), so that a Hopper runs the
+// dispatch as a GPU with less shared memory would (tests of the fallbacks).
 inline size_t max_smem_per_block_optin() {
-  static int limit[64] = {};
+  const char* cap = std::getenv("JBS_MAX_SMEM_PER_BLOCK");
+  const long long capped = cap == nullptr ? 0 : std::atoll(cap);
+  static std::atomic<int> limit[64] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return kDefaultSmemLimit;
-  if (limit[device] == 0) {
-    int bytes = 0;
+  int bytes = limit[device].load(std::memory_order_relaxed);
+  if (bytes == 0) {
     cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    limit[device] = bytes > 0 ? bytes : static_cast<int>(kDefaultSmemLimit);
+    bytes = bytes > 0 ? bytes : static_cast<int>(kDefaultSmemLimit);
+    limit[device].store(bytes, std::memory_order_relaxed);
   }
-  return static_cast<size_t>(limit[device]);
+  return static_cast<size_t>(capped > 0 && capped < bytes ? capped : bytes);
 }
+
+// Whether a kernel with `smem_bytes` of dynamic shared memory can run on the current device:
+// an sm_90 block may opt in to 227 KiB, an sm_80 one to 163 and an sm_86 / sm_89 one to 99.
+// The dispatch asks before a kernel sized for Hopper and takes another where it does not fit.
+inline bool smem_fits(size_t smem_bytes) { return smem_bytes <= max_smem_per_block_optin(); }
 
 // Whether the current device is sm_90 (Hopper), the only target of the wgmma
 // kernels, cached per device.
 inline bool device_is_sm90() {
-  static int cc[64] = {};
+  static std::atomic<int> cc[64] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  if (cc[device] == 0) {
+  int capability = cc[device].load(std::memory_order_relaxed);
+  if (capability == 0) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    cc[device] = major * 10 + minor;
+    capability = major * 10 + minor;
+    cc[device].store(capability, std::memory_order_relaxed);
   }
-  return cc[device] == 90;
+  return capability == 90;
 }
 
 // The current device's peak memory bandwidth in bytes per second (twice the memory clock
 // times the bus width; 0 where the driver does not say), cached per device. For the dispatch
 // rules that measured differently on an H100 (3.35 TB/s) and an H200 (4.8 TB/s).
 inline double device_peak_memory_bytes_per_s() {
-  static double peak[64] = {};
+  static std::atomic<double> peak[64] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0.0;
-  if (peak[device] == 0.0) {
+  double bytes_per_s = peak[device].load(std::memory_order_relaxed);
+  if (bytes_per_s == 0.0) {
     int clock_khz = 0, bus_bits = 0;
     cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device);
     cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device);
-    peak[device] = 2.0 * 1e3 * clock_khz * (bus_bits / 8.0);
+    bytes_per_s = 2.0 * 1e3 * clock_khz * (bus_bits / 8.0);
+    peak[device].store(bytes_per_s, std::memory_order_relaxed);
   }
-  return peak[device];
+  return bytes_per_s;
 }
 
 // Launches `kernel<<<grid, block, smem_bytes, stream>>>(params)` and returns the
@@ -128,7 +152,9 @@ cudaError_t launch_kernel_with(void (*kernel)(Params), dim3 grid, dim3 block, si
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, params);
+  if (err != cudaSuccess) (void)cudaGetLastError();  // returned here, not again at the next launch
+  return err;
 }
 
 // The same as launch_kernel, but `kernel` may start before the kernel ahead of

@@ -67,6 +67,7 @@ inline bool encode_tensor_map_16bit(CUtensorMap* map, const void* base, const ui
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
             cudaSuccess ||
         found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // no tensor maps (the callers take another path): not an error to report later
       return static_cast<Encode>(nullptr);
     }
     return reinterpret_cast<Encode>(fn);

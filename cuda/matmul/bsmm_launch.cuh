@@ -70,7 +70,7 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
           return a.gathered ? launch_group_wgmma_variant<T, BS, TRANS, true>(a, stream)
                             : launch_group_wgmma_variant<T, BS, TRANS, false>(a, stream);
         }
-        if (use_groups<T, BS>(a)) {
+        if (use_groups<T, BS>(a) && group_kernel_fits<T, BS, TRANS>()) {
           return a.gathered ? launch_group_variant<T, BS, TRANS, PRECISE, true>(a, stream)
                             : launch_group_variant<T, BS, TRANS, PRECISE, false>(a, stream);
         }
@@ -80,7 +80,8 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
           return launch_blocks_variant<T, BS, TRANS, kTile, PRECISE, true>(a, stream);
         }
         if (a.chunks != nullptr && a.rows <= kStreamMaxRowsHost) {
-          return dispatch_stream_row_tile(a.rows, [&](auto tn_c) {
+          bool fits = true;  // false where no stream kernel fits the device's shared memory (pre-Hopper)
+          const cudaError_t err = dispatch_stream_row_tile(a.rows, [&](auto tn_c) {
             constexpr int TN = decltype(tn_c)::value;
             if constexpr (kIs16Bit<T> && BS <= 32 && TN <= 32) {
               if (use_stream_even_group<T, BS>(a)) return launch_stream_even_group_variant<T, BS, TRANS, TN>(a, stream);
@@ -89,10 +90,20 @@ cudaError_t launch_bsmm_blocks(const BsmmBlocksArgs& a, cudaStream_t stream) {
               if (use_stream_even<T, BS>(a)) return launch_stream_even_variant<T, BS, TRANS, TN>(a, stream);
             }
             if (use_stream_ws<T, BS>(a)) return launch_stream_ws_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
-            if (use_stream_groups<T, BS>(a)) return launch_stream_group_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
-            return stream_big(a.nnz, a.num_chunks) ? launch_stream_variant<T, BS, TRANS, TN, PRECISE, true>(a, stream)
-                                                   : launch_stream_variant<T, BS, TRANS, TN, PRECISE, false>(a, stream);
+            if (use_stream_groups<T, BS>(a) && smem_fits(StreamGroupConfig<T, BS, TRANS, TN>::kSmemBytes)) {
+              return launch_stream_group_variant<T, BS, TRANS, TN, PRECISE>(a, stream);
+            }
+            if (stream_big(a.nnz, a.num_chunks) && smem_fits(StreamConfig<T, BS, TRANS, TN, true>::kSmemBytes)) {
+              return launch_stream_variant<T, BS, TRANS, TN, PRECISE, true>(a, stream);
+            }
+            if (smem_fits(StreamConfig<T, BS, TRANS, TN, false>::kSmemBytes)) {
+              return launch_stream_variant<T, BS, TRANS, TN, PRECISE, false>(a, stream);
+            }
+            fits = false;
+            return cudaSuccess;
           });
+          if (fits) return err;
+          // (else the generic kernels below, whose tiles fit every supported GPU)
         }
         switch (pick_row_tile<T, BS>(a.rows)) {
           case 32:

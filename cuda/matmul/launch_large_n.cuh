@@ -45,6 +45,17 @@ bool use_groups(const BsmmBlocksArgs& a) {
   return fill >= 0.45 && (a.gathered ? BS == 16 : BS <= 32);
 }
 
+// Whether the mma.sync column-group kernel's shared memory fits the device (fp32 bs 32 takes
+// ~108 KiB: not on an sm_86 / sm_89, whose blocks opt in to 99).
+template <typename T, int BS, bool TRANS>
+bool group_kernel_fits() {
+  if constexpr (BS >= 16 && (sizeof(T) == 2 || BS <= 32)) {
+    return smem_fits(GroupConfig<T, BS, TRANS>::kSmemBytes);
+  } else {
+    return false;
+  }
+}
+
 template <typename T, int BS, bool TRANS, bool PRECISE, bool GATHER>
 cudaError_t launch_group_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
   if constexpr (BS >= 16 && (sizeof(T) == 2 || BS <= 32)) {

@@ -21,10 +21,7 @@ namespace jbs {
 // CTAs have long item lists (a lone CTA must pull a long column fast); with
 // short lists the 4-warp, 3-CTAs-per-SM one wins (measured on an H200, see
 // benchmarks/NOTES.md). JBS_STREAM_BIG=0/1 forces a variant (diagnostics).
-inline int stream_big_env() {
-  static const int v = env_switch("JBS_STREAM_BIG");  // cached: read once per process
-  return v;
-}
+inline int stream_big_env() { return env_switch("JBS_STREAM_BIG"); }  // read at every launch
 inline bool stream_big(int64_t items, int64_t units) {
   const int env = stream_big_env();
   if (env >= 0) return env == 1;
@@ -546,9 +543,16 @@ cudaError_t launch_dw_stream(const BsmmDwArgs& a, cudaStream_t stream) {
       return launch_dw_stream_variant<T, BS, TN, PRECISE, true, true>(a, stream);
     }
   }
-  return stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2)
-             ? launch_dw_stream_variant<T, BS, TN, PRECISE, true>(a, stream)
-             : launch_dw_stream_variant<T, BS, TN, PRECISE, false>(a, stream);
+  // The deep variant (up to ~200 KiB of shared memory), the shallow one, else (pre-Hopper GPUs
+  // with less shared memory a block) the generic dw kernel, which fits every supported GPU.
+  if (stream_big(a.nnz, static_cast<int64_t>(a.num_sms) * 2) &&
+      smem_fits(DwStreamConfig<T, BS, TN, true>::kSmemBytes)) {
+    return launch_dw_stream_variant<T, BS, TN, PRECISE, true>(a, stream);
+  }
+  if (smem_fits(DwStreamConfig<T, BS, TN, false>::kSmemBytes)) {
+    return launch_dw_stream_variant<T, BS, TN, PRECISE, false>(a, stream);
+  }
+  return launch_dw_variant<T, BS, PRECISE>(a, stream);
 }
 
 }  // namespace jbs
