@@ -38,6 +38,20 @@ def _density(d: float) -> str:
     return "1" if d == 1 else f"1/{1 / d:.0f}"
 
 
+def _put(rows, row_key, column, cell) -> None:
+    """Sets a table cell, refusing a second record for it (a file with more shapes than the
+    table's columns tell apart would otherwise show whichever came last)."""
+    row = rows.setdefault(row_key, {})
+    if column in row:
+        raise ValueError(f"two records for the cell {row_key} / {column}: this table takes one shape per "
+                         "file (give a file of the table's shape)")
+    row[column] = cell
+
+
+def _torch_note(rows) -> str:
+    return (" " + report.TORCH_FP32_NOTE) if any(key[0] == "float32" for key in rows) else ""
+
+
 def seed_table(path, meta, records) -> str:
     """us per op (x its floor) at the announcement's shape, bs 32, and the forward's speed-ups."""
     rows = {}
@@ -45,14 +59,14 @@ def seed_table(path, meta, records) -> str:
         ours = impls.get("jbs")
         if not ours or ours["n"] != 32 or ours["c"] != 12288 or ours["block_size"] != 32:
             continue
-        row = rows.setdefault((ours["dtype"], ours["density"]), {})
-        row[ours["op"]] = f"{ours['us']:.1f} ({ours['us'] / ours['floor_us']:.2f}x)"
+        key = (ours["dtype"], ours["density"])
+        _put(rows, key, ours["op"], f"{ours['us']:.1f} ({ours['us'] / ours['floor_us']:.2f}x)")
         if ours["op"] == "forward":
             for peer in ("xla_dense", "torch_bsr"):
                 if peer in impls:
-                    row[peer] = f"{impls[peer]['us'] / ours['us']:.2f}"
+                    _put(rows, key, peer, f"{impls[peer]['us'] / ours['us']:.2f}")
     lines = [f"From {_source(path, meta)}. us per op (x the op's floor); the last two columns are the "
-             "forward's speed-up over XLA's dense dot and over torch's Triton BSR kernel.", "",
+             "forward's speed-up over XLA's dense dot and over torch's Triton BSR kernel." + _torch_note(rows), "",
              "| dtype | density | forward | input grad | weight grad | training step | fwd x dense | fwd x torch BSR |",
              "|---|---|---|---|---|---|---|---|"]
     for (dtype, density), row in sorted(rows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
@@ -75,11 +89,11 @@ def large_table(path, meta, records) -> str:
             cell += f", {impls['torch_bsr']['us'] / ours['us']:.1f}x torch"
         if ours.get("path", "").startswith("dense"):
             cell += " *"
-        rows.setdefault((ours["dtype"], ours["block_size"]), {})[ours["density"]] = cell
+        _put(rows, (ours["dtype"], ours["block_size"]), ours["density"], cell)
     densities = sorted({d for row in rows.values() for d in row}, reverse=True)
     lines = [f"From {_source(path, meta)}. us (share of the dense dot's FLOP rate, counting the nonzero "
              "blocks' FLOPs), and the speed-up over torch's Triton BSR kernel; * = the dense dot on the "
-             "densified weights, where jbs's rule finds it faster.", "",
+             "densified weights, where jbs's rule finds it faster." + _torch_note(rows), "",
              "| dtype | block | " + " | ".join(_density(d) for d in densities) + " |",
              "|---|---|" + "---|" * len(densities)]
     for (dtype, bs), row in sorted(rows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
@@ -89,18 +103,21 @@ def large_table(path, meta, records) -> str:
 
 def conv_table(path, meta, records) -> str:
     """Convolutions: us, share of cuDNN's rate on nonzero blocks, speed-up over cuDNN."""
-    rows = {}
+    rows, shapes = {}, set()
     for impls in _cases(records):
         ours, dense = impls.get("jbs"), impls.get("xla_dense")
         if not ours or not dense:
             continue
+        shapes.add((ours["n"], ours["size"], ours["c"], ours["k"], ours["dtype"]))
         cell = f"{ours['us']:.0f} ({100 * ours['tflops'] / dense['tflops']:.0f}%, {dense['us'] / ours['us']:.1f}x)"
-        key = (ours["block_size"], tuple(ours["kernel"]), ours["op"])
-        rows.setdefault(key, {})[ours["density"]] = cell
+        _put(rows, (ours["block_size"], tuple(ours["kernel"]), ours["op"]), ours["density"], cell)
+    if len(shapes) != 1:
+        raise ValueError(f"the conv table takes one image batch shape and dtype per file; got {sorted(shapes)}")
+    (n, size, c, k, dtype), = shapes
     densities = sorted({d for row in rows.values() for d in row}, reverse=True)
     order = {"forward": 0, "dx": 1, "dw": 2}
-    lines = [f"From {_source(path, meta)}. Batch 64, 32x32 images, 320 -> 320 channels, bf16: us (share of "
-             "cuDNN's FLOP rate, counting the nonzero blocks' FLOPs; speed-up over cuDNN's dense conv).", "",
+    lines = [f"From {_source(path, meta)}. Batch {n}, {size}x{size} images, {c} -> {k} channels, {dtype}: us "
+             "(share of cuDNN's FLOP rate, counting the nonzero blocks' FLOPs; speed-up over cuDNN's dense conv).", "",
              "| block | kernel | op | " + " | ".join(_density(d) for d in densities) + " |",
              "|---|---|---|" + "---|" * len(densities)]
     for (bs, kernel, op), row in sorted(rows.items(), key=lambda kv: (-kv[0][0], kv[0][1] == (1, 1), kv[0][1],

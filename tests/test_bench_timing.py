@@ -34,7 +34,9 @@ def test_the_benchmark_command_runs_on_a_cpu_briefly(tmp_path, capsys):
         assert bench.main(["--suite", "matmul", "--ops", "forward,dw", "--out", str(tmp_path)]) == 0
     finally:
         timing.use_sampling(timing.FULL)
-    records = json.loads((tmp_path / "matmul_cpu_reference.json").read_text())["records"]
+    run = json.loads((tmp_path / "matmul_cpu_reference.json").read_text())
+    records = run["records"]
+    assert {"commit", "switches"} <= run["meta"].keys()  # what else decides the figures
     assert {r["op"] for r in records} == {"forward", "dw"} and {r["impl"] for r in records} >= {"jbs", "xla_dense"}
     for r in records:
         assert {"op", "impl", "dtype", "n", "c", "k", "block_size", "density", "us", "floor_us"} <= r.keys()

@@ -25,3 +25,22 @@ def test_a_stale_table_is_caught(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_tables.py"), "--check", "README.md"],
                           cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 1 and "differs" in done.stdout
+
+
+def test_a_file_with_more_shapes_than_the_table_tells_apart_is_refused():
+    """Two records for one cell (here the seed table's forward at bs 32 and 1/2, timed twice)
+    would show whichever came last: the script refuses the file instead."""
+    import json
+
+    import pytest
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import readme_tables
+
+    path = ROOT / "benchmarks" / "results" / "quick_seed_h200_2026-12-04_session63.json"
+    run = json.loads(path.read_text())
+    twice = [r for r in run["records"] if r["impl"] == "jbs" and r["op"] == "forward" and r["density"] == 0.5
+             and r["dtype"] == "bfloat16" and r["block_size"] == 32]
+    assert len(twice) == 1
+    copy = dict(twice[0], seed=1)  # another case key, the same cell
+    with pytest.raises(ValueError, match="two records for the cell"):
+        readme_tables.seed_table(path, run["meta"], run["records"] + [copy])

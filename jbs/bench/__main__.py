@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import platform
+import subprocess
 import sys
 import time
 
@@ -35,6 +37,17 @@ def _peers_for(case, full: bool) -> list[str]:
         if full and case.dtype == "float32" and case.n == 32 and case.density in (1 / 8, 1 / 64):
             peers.append("jax_bcsr")
     return peers
+
+
+def _provenance() -> dict:
+    """What else decides the figures: the source's commit, where jbs runs from a git checkout,
+    and the JBS_* switches set in the environment (they change which kernels run)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(jbs.__file__).parent,
+                                capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"commit": commit, "switches": {k: v for k, v in sorted(os.environ.items()) if k.startswith("JBS_")}}
 
 
 def _torch_usable() -> bool:
@@ -97,7 +110,7 @@ def main(argv=None) -> int:
     meta = {"device": str(jax.devices()[0].device_kind), "date": datetime.date.today().isoformat(),
             "command": " ".join(["jbs-bench"] + (argv if argv is not None else sys.argv[1:])),
             "jax": jax.__version__, "python": platform.python_version(), "gpu_kernels": on_gpu,
-            "copy_bytes_per_s": copy_bw, "dense_flops_per_s": rates}
+            "copy_bytes_per_s": copy_bw, "dense_flops_per_s": rates, **_provenance()}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.suite}_gpu" if on_gpu else f"{args.suite}_cpu_reference"

@@ -6,6 +6,11 @@ import pathlib
 
 RESULT_FIELDS = {"impl", "path", "us", "floor_us", "bytes", "flops", "tflops", "suite"}
 
+# torch.sparse._triton_ops hard-codes its float32 BSR kernels to sum in float64 without TF32, while
+# jbs's float32 default runs on TF32 tensor cores (as XLA's dot does): not like for like.
+TORCH_FP32_NOTE = ("In float32, torch's BSR kernel sums in float64 without TF32 (hard-coded) while jbs "
+                   "uses TF32 by default, so float32 'x torch' compares precisions as much as kernels.")
+
 
 def _case_key(record):
     return tuple((k, str(v)) for k, v in record.items() if k not in RESULT_FIELDS)
@@ -40,7 +45,8 @@ def markdown(meta: dict, records: list[dict]) -> str:
              "'copy us' is the floor's bytes through XLA's elementwise add (two arrays read, one "
              "written), timed the same way: the floor plus what one plain kernel adds to it. "
              "A 'jbs us' marked * ran XLA's dense dot on the densified weights, where jbs's rule "
-             "(jbs/_src/dense_fallback.py) finds it faster than the block kernels.", "",
+             "(jbs/_src/dense_fallback.py) finds it faster than the block kernels. "
+             "Every impl's floor is the case's, the block-sparse problem's. " + TORCH_FP32_NOTE, "",
              "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | copy us "
              "| jbs TFLOP/s | dense us | x dense | % dense rate | torch BSR us | x torch | BCSR us |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

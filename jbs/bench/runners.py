@@ -103,7 +103,9 @@ def run_copy(case: Case) -> float:
 
 
 def run_bcsr(case: Case) -> float:
-    """jax.experimental.sparse BCSR (cuSPARSE on GPU), forward only."""
+    """jax.experimental.sparse BCSR, forward only, as it lowers by default (not through cuSPARSE:
+    jax's jax_bcoo_cusparse_lowering flag is off by default), with element-wise (not block)
+    compressed rows."""
     from jax.experimental import sparse  # noqa: PLC0415
 
     if case.op != "forward":
