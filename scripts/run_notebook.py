@@ -16,7 +16,9 @@ import nbformat
 def main(source: str, destination: str) -> None:
     path = pathlib.Path(source).resolve()
     notebook = nbformat.read(path, as_version=4)
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    # The kernel's own inline backend, so that the figures land in the saved notebook (with
+    # MPLBACKEND=Agg, as this script set before session 65, plt.show() drew nothing into it).
+    os.environ.pop("MPLBACKEND", None)
     start = time.time()
     try:
         nbclient.NotebookClient(notebook, timeout=1200, kernel_name="python3",

@@ -14,7 +14,7 @@ NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("JBS_NOTEBOOK_SMALL", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend: figures land in the notebook
     # The kernel imports the same jbs as these tests (installed, or the source tree).
     import jbs
     package_root = str(pathlib.Path(jbs.__file__).resolve().parent.parent)
@@ -24,3 +24,5 @@ def test_notebook_runs(path, monkeypatch):
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     outputs = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
     assert "bits/byte" in outputs or "bits/dim" in outputs  # each notebook reports its loss
+    figures = sum("image/png" in o.get("data", {}) for cell in notebook.cells for o in cell.get("outputs", []))
+    assert figures >= 1, "the notebook's plots did not reach its outputs"
