@@ -26,6 +26,9 @@ from jbs.bench import report, targets, timing
 from jbs.bench.runners import CONV_RUNNERS, RUNNERS, path_of
 
 DENSITY_FREE = ("block_size", "density")  # the dense peer's time does not depend on them
+DESCRIPTION = ("Times jbs's block-sparse matmuls and convolutions against the physical floor (bytes over "
+               "the measured copy rate, or FLOPs over the measured dense rate) and the peers (XLA's dense "
+               "dot or cuDNN's conv, jax.experimental.sparse BCSR, torch's Triton BSR kernel), all in one run.")
 
 
 def _peers_for(case, full: bool) -> list[str]:
@@ -59,17 +62,19 @@ def _torch_usable() -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="jbs-bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="jbs-bench", description=DESCRIPTION)
     parser.add_argument("--full", action="store_true", help="the full sweep (long) instead of the quick one")
     parser.add_argument("--ops", default=",".join(cases_lib.OPS), help="comma list of forward,dx,dw,step")
-    parser.add_argument("--out", default="benchmarks/results", help="folder for JSON, markdown and PNG")
+    parser.add_argument("--out", default="jbs_bench_results",
+                        help="folder for the JSON, markdown and PNG (default: ./jbs_bench_results)")
     parser.add_argument("--no-peers", action="store_true", help="time jbs alone")
     parser.add_argument("--suite", choices=("all", "matmul", "conv"), default="all",
-                        help="matmul (seed and compute-bound shapes), conv (PixelCNN++ shapes) or all")
+                        help="matmul (OpenAI's 32 x 12288^2 layer and the compute-bound 8192^3), conv "
+                             "(PixelCNN++ shapes) or all")
     parser.add_argument("--only", default=None,
                         help="keep the cases where this Python expression over the case fields "
-                             "(op, dtype, n, c, k, block_size, density) is true, e.g. "
-                             "\"n == 32 and block_size == 32\"")
+                             "(op, dtype, n, c, k, block_size, density; conv cases also size and kernel, "
+                             "with n the batch) is true, e.g. \"n == 32 and block_size == 32\"")
     args = parser.parse_args(argv)
     ops = tuple(op for op in args.ops.split(",") if op)
     bad = set(ops) - set(cases_lib.OPS)
@@ -155,6 +160,7 @@ def main(argv=None) -> int:
     (out / f"{stem}.md").write_text(table)
     report.plot(records, out / f"{stem}.png")
     print("\n" + table)
+    print(f"wrote {out / stem}.json, .md and .png", flush=True)
     return 0
 
 

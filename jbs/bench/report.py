@@ -37,7 +37,7 @@ def markdown(meta: dict, records: list[dict]) -> str:
     lines = [f"# jbs benchmark: {meta['device']}, {meta['date']}", "",
              f"Command: `{meta['command']}`; jax {meta['jax']}; GPU kernels: {meta['gpu_kernels']}. "
              f"Floor = max(bytes / {meta['copy_bytes_per_s'] / 1e9:.1f} GB/s copy, useful FLOPs / dense "
-             f"matmul rate ({', '.join(f'{k} {v / 1e12:.0f} TFLOP/s' for k, v in meta['dense_flops_per_s'].items())}"
+             f"matmul rate ({', '.join(f'{k} {v / 1e12:.3g} TFLOP/s' for k, v in meta['dense_flops_per_s'].items())}"
              "), both measured in this run. Useful FLOPs count nonzero blocks only. "
              "The training step's floor is the sum of its three ops' floors. "
              "'x dense' and 'x torch' are speed-ups of jbs over them (>1: jbs faster); "
@@ -46,7 +46,9 @@ def markdown(meta: dict, records: list[dict]) -> str:
              "written), timed the same way: the floor plus what one plain kernel adds to it. "
              "A 'jbs us' marked * ran XLA's dense dot on the densified weights, where jbs's rule "
              "(jbs/_src/dense_fallback.py) finds it faster than the block kernels. "
-             "Every impl's floor is the case's, the block-sparse problem's. " + TORCH_FP32_NOTE, "",
+             "Every impl's floor is the case's, the block-sparse problem's. '-': not timed in this run "
+             "(torch needs a CUDA GPU and torch installed; BCSR runs in the full sweep only). "
+             + TORCH_FP32_NOTE, "",
              "| suite | op | dtype | shape | bs | density | jbs us | floor us | jbs/floor | copy us "
              "| jbs TFLOP/s | dense us | x dense | % dense rate | torch BSR us | x torch | BCSR us |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -64,7 +66,7 @@ def markdown(meta: dict, records: list[dict]) -> str:
         lines.append(f"| {ours.get('suite', 'matmul')} | {ours['op']} | {ours['dtype']} | {_shape(ours)} "
                      f"| {ours['block_size']} | 1/{1 / ours['density']:.0f} | {ours['us']:.1f}{_dense_mark(ours)} "
                      f"| {ours['floor_us']:.1f} | {ours['us'] / ours['floor_us']:.2f} | {cell('xla_copy')} "
-                     f"| {ours['tflops']:.0f} "
+                     f"| {ours['tflops']:.3g} "
                      f"| {cell('xla_dense')} | {ratio('xla_dense')} | {dense_rate} | {cell('torch_bsr')} "
                      f"| {ratio('torch_bsr')} | {cell('jax_bcsr')} |")
     return "\n".join(lines) + "\n"
