@@ -62,9 +62,10 @@ def seed_table(path, meta, records) -> str:
         key = (ours["dtype"], ours["density"])
         _put(rows, key, ours["op"], f"{ours['us']:.1f} ({ours['us'] / ours['floor_us']:.2f}x)")
         if ours["op"] == "forward":
-            for peer in ("xla_dense", "torch_bsr"):
-                if peer in impls:
-                    _put(rows, key, peer, f"{impls[peer]['us'] / ours['us']:.2f}")
+            if "xla_dense" in impls:
+                _put(rows, key, "xla_dense", f"{impls['xla_dense']['us'] / ours['us']:.2f}")
+            if "torch_bsr" in impls:
+                _put(rows, key, "torch_bsr", report.torch_speedup(impls))
     lines = [f"From {_source(path, meta)}. us per op (x the op's floor); the last two columns are the "
              "forward's speed-up over XLA's dense dot and over torch's Triton BSR kernel." + _torch_note(rows), "",
              "| dtype | density | forward | input grad | weight grad | training step | fwd x dense | fwd x torch BSR |",
@@ -86,7 +87,7 @@ def large_table(path, meta, records) -> str:
         if dense:
             cell += f" ({100 * ours['tflops'] / dense['tflops']:.0f}%)"
         if "torch_bsr" in impls:
-            cell += f", {impls['torch_bsr']['us'] / ours['us']:.1f}x torch"
+            cell += f", {report.torch_speedup(impls, digits=1)}x torch"
         if ours.get("path", "").startswith("dense"):
             cell += " *"
         _put(rows, (ours["dtype"], ours["block_size"]), ours["density"], cell)

@@ -45,3 +45,20 @@ def test_the_benchmark_command_runs_on_a_cpu_briefly(tmp_path, capsys):
     assert "| matmul | forward | float32 | 32 x 1024 -> 1024 |" in table
     assert "this run timed the reference path" in table
     assert "not figures to quote" in capsys.readouterr().out
+
+
+def test_float32_torch_speedup_pairs_with_jbs_at_highest():
+    """torch's float32 BSR kernel sums in float64: where jbs at precision="highest" was timed
+    beside it, 'x torch' compares with that (marked h); the runner times the case."""
+    from jbs.bench import report, runners, timing
+    from jbs.bench.cases import Case
+
+    impls = {"jbs": {"us": 10.0}, "torch_bsr": {"us": 30.0}}
+    assert report.torch_speedup(impls) == "3.00" and report.torch_speedup({"jbs": {"us": 1.0}}) == "-"
+    impls["jbs_highest"] = {"us": 20.0}
+    assert report.torch_speedup(impls) == "1.50 h" and report.torch_speedup(impls, digits=1) == "1.5 h"
+    timing.use_sampling(timing.DEMONSTRATION)
+    try:
+        assert runners.RUNNERS["jbs_highest"](Case("forward", "float32", 8, 64, 64, 16, 0.5)) > 0
+    finally:
+        timing.use_sampling(timing.FULL)

@@ -37,6 +37,8 @@ def _peers_for(case, full: bool) -> list[str]:
         peers.append("xla_copy")
     if case.op == "forward":
         peers.append("torch_bsr")
+        if case.dtype == "float32":  # torch's fp32 kernel sums in fp64: jbs's full-fp32 mode beside it
+            peers.append("jbs_highest")
         if full and case.dtype == "float32" and case.n == 32 and case.density in (1 / 8, 1 / 64):
             peers.append("jax_bcsr")
     return peers
@@ -128,7 +130,7 @@ def main(argv=None) -> int:
         impls = ["jbs"] + ([] if args.no_peers else _peers_for(case, args.full) if suite == "matmul" else ["xla_dense"])
         runners = RUNNERS if suite == "matmul" else CONV_RUNNERS
         for impl in impls:
-            if impl == "torch_bsr" and not use_torch:
+            if impl in ("torch_bsr", "jbs_highest") and not use_torch:
                 continue
             cache_key = (suite, impl) + tuple(v for k, v in case.__dict__.items() if k not in DENSITY_FREE)
             try:

@@ -9,7 +9,18 @@ RESULT_FIELDS = {"impl", "path", "us", "floor_us", "bytes", "flops", "tflops", "
 # torch.sparse._triton_ops hard-codes its float32 BSR kernels to sum in float64 without TF32, while
 # jbs's float32 default runs on TF32 tensor cores (as XLA's dot does): not like for like.
 TORCH_FP32_NOTE = ("In float32, torch's BSR kernel sums in float64 without TF32 (hard-coded) while jbs "
-                   "uses TF32 by default, so float32 'x torch' compares precisions as much as kernels.")
+                   "uses TF32 by default: float32 'x torch' figures marked h compare it with jbs at "
+                   "precision='highest' (full float32 sums, timed beside it from session 65 on); unmarked "
+                   "ones compare precisions as much as kernels.")
+
+
+def torch_speedup(impls, digits: int = 2) -> str:
+    """torch BSR's time over jbs's, against jbs at precision="highest" where that was timed (the
+    float32 pairing; marked h), else against jbs's default."""
+    if "torch_bsr" not in impls:
+        return "-"
+    ours = impls.get("jbs_highest") or impls["jbs"]
+    return f"{impls['torch_bsr']['us'] / ours['us']:.{digits}f}" + (" h" if "jbs_highest" in impls else "")
 
 
 def _case_key(record):
@@ -68,7 +79,7 @@ def markdown(meta: dict, records: list[dict]) -> str:
                      f"| {ours['floor_us']:.1f} | {ours['us'] / ours['floor_us']:.2f} | {cell('xla_copy')} "
                      f"| {ours['tflops']:.3g} "
                      f"| {cell('xla_dense')} | {ratio('xla_dense')} | {dense_rate} | {cell('torch_bsr')} "
-                     f"| {ratio('torch_bsr')} | {cell('jax_bcsr')} |")
+                     f"| {torch_speedup(impls)} | {cell('jax_bcsr')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -61,8 +61,8 @@ def path_of(case: Case) -> str:
     return "dense dot" if case.op in ("forward", "dx") else "dense dot (fwd, dx)"
 
 
-def run_jbs(case: Case) -> float:
-    bsmm = jbs.BlockSparseMatMul(_layout(case), case.block_size)
+def run_jbs(case: Case, precision=None) -> float:
+    bsmm = jbs.BlockSparseMatMul(_layout(case), case.block_size, precision=precision)
     dt = jnp.dtype(case.dtype)
 
     def make(key):
@@ -176,6 +176,12 @@ def run_dense_conv(case) -> float:
     return timing.time_chain(_apply(case.op, conv), _sets(case, make), min_ops=MIN_OPS)
 
 
-RUNNERS = {"jbs": run_jbs, "xla_dense": run_dense, "jax_bcsr": run_bcsr, "torch_bsr": run_torch_bsr,
-           "xla_copy": run_copy}
+def run_jbs_highest(case: Case) -> float:
+    """jbs at precision="highest" (full float32 sums): the pairing for torch's float32 BSR kernel,
+    which sums in float64 without TF32."""
+    return run_jbs(case, precision="highest")
+
+
+RUNNERS = {"jbs": run_jbs, "jbs_highest": run_jbs_highest, "xla_dense": run_dense, "jax_bcsr": run_bcsr,
+           "torch_bsr": run_torch_bsr, "xla_copy": run_copy}
 CONV_RUNNERS = {"jbs": run_jbs_conv, "xla_dense": run_dense_conv}
