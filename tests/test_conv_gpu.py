@@ -608,3 +608,27 @@ def test_conv_halo_kernel_is_the_one_that_runs(rng, monkeypatch):
     for halo, other in zip(results[""], results["0"]):
         assert rel_error(halo, f64(other)) < tolerance(jnp.float16)
         assert not np.array_equal(halo, other), "JBS_CONV_HALO unset ran the same kernel as JBS_CONV_HALO=0"
+
+
+@pytest.mark.parametrize("kernel_size,padding", [((3, 3), "SAME"), ((2, 3), ((1, 0), (1, 1)))])
+def test_conv_indexing_past_2_pow_31_elements(rng, kernel_size, padding):
+    """Activations of 8200 x 32 x 32 x 256 elements, more than 2**31: the last images' outputs
+    and input gradients, and the weight gradient, whose sums run over every image, against
+    dense float32 math (the conv kernels' 64-bit pixel offsets and their TMA maps' image
+    coordinate reach the end)."""
+    conv = jbs.BlockSparseConv(power_law_layout(rng, 8, 8), 32, kernel_size, padding=padding)
+    shape = (8200, 32, 32, 256)
+    assert np.prod(shape) > 2**31
+    key_x, key_g = jax.random.split(jax.random.key(int(rng.integers(1000))))
+    x = jax.random.normal(key_x, shape, jnp.bfloat16)
+    g = jax.random.normal(key_g, shape, jnp.bfloat16)
+    w = random_array(rng, conv.w_shape, jnp.bfloat16)
+    y_tail, (dx, dw) = jax.jit(lambda x, w, g: (conv(x, w)[-2:], jax.vjp(conv, x, w)[1](g)))(x, w, g)
+    kernel = conv.to_dense(jnp.asarray(w, jnp.float32))
+    ref_y, ref_pullback = jax.vjp(lambda x: dense_reference(conv, x, kernel), jnp.asarray(x[-2:], jnp.float32))
+    assert rel_error(y_tail, f64(ref_y)) < tolerance(jnp.bfloat16)
+    assert rel_error(dx[-2:], f64(ref_pullback(jnp.asarray(g[-2:], jnp.float32))[0])) < tolerance(jnp.bfloat16)
+    del dx
+    ref_dw = jax.jit(lambda x, g: conv.from_dense(jax.vjp(lambda k: dense_reference(conv, x, k), kernel)[1](
+        jnp.asarray(g, jnp.float32))[0]))(x, g)
+    assert rel_error(dw, f64(ref_dw)) < tolerance(jnp.bfloat16)

@@ -113,3 +113,22 @@ def test_indexing_past_2_pow_31_elements(rng):
     fwd = jax.jit(lambda x, w: bsmm(x, w)[-1000:])
     assert any(PANEL in name for name in kernel_names(fwd, x, w))
     assert rel_error(fwd(x, w), f64(x[-1000:]) @ dense_f64(bsmm, w)) < tolerance(jnp.bfloat16)
+
+
+def test_dx_and_dw_past_2_pow_31_elements(rng):
+    """The input and weight gradients of a matmul whose activations hold more than 2**31
+    elements (the panel dx and panel dw kernels take it): the last rows of dx, and dw, whose
+    sums run over every row, against float64 / dense float32 math."""
+    bsmm = jbs.BlockSparseMatMul(heavy_column_layout(rng, 10, 10, density=0.3), 32)
+    n = 2**31 // 320 + 700
+    key_x, key_g = jax.random.split(jax.random.key(int(rng.integers(1000))))
+    x = jax.random.normal(key_x, (n, 320), jnp.bfloat16)
+    g = jax.random.normal(key_g, (n, 320), jnp.bfloat16)
+    w = random_array(rng, bsmm.w_shape, jnp.bfloat16)
+    grads = jax.jit(lambda x, w, g: jax.vjp(bsmm, x, w)[1](g))
+    assert any(PANEL in name for name in kernel_names(grads, x, w, g))
+    dx, dw = grads(x, w, g)
+    assert rel_error(dx[-1000:], f64(g[-1000:]) @ dense_f64(bsmm, w).T) < tolerance(jnp.bfloat16)
+    dense_dw = jax.jit(lambda x, g: bsmm.from_dense(jnp.matmul(
+        x.T, g, preferred_element_type=jnp.float32, precision=jax.lax.Precision.HIGHEST)))(x, g)
+    assert rel_error(dw, f64(dense_dw)) < tolerance(jnp.bfloat16)
