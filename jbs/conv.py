@@ -18,9 +18,8 @@ from __future__ import annotations
 import numpy as np
 import jax.numpy as jnp
 from jax import lax
-from jax import ad_checkpoint
 
-from jbs._src import sharding, validation
+from jbs._src import names, sharding, validation
 from jbs._src.conv_geometry import ConvGeometry
 from jbs._src.primitives import bind, bsmm_fwd_p
 from jbs._src.tables import conv_tables_for
@@ -157,7 +156,7 @@ class _ConvBase:
             y = bind(bsmm_fwd_p, x.reshape(1, n * h * wd, c),
                      w.reshape(1, taps_nnz, self.block_size, self.block_size),
                      *self._tables, precision=self._channels._precision, conv=geometry)
-            return ad_checkpoint.checkpoint_name(y.reshape(n, out_hw[0], out_hw[1], self.features[1]), self.checkpoint_name)
+            return names.named(y.reshape(n, out_hw[0], out_hw[1], self.features[1]), self.checkpoint_name)
 
         return sharding.on_auto_axes(convolve, x, w.astype(x.dtype), core_axes=3)
 

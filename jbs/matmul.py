@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import jax.numpy as jnp
-from jax import ad_checkpoint
 
 from jbs._src import dense_fallback
 from jbs._src import lowering  # noqa: F401 - registers the primitives' lowerings
+from jbs._src import names
 from jbs._src import precision as precision_lib
 from jbs._src import sharding
 from jbs._src import validation
@@ -135,7 +135,7 @@ class BlockSparseMatMul:
     def _multiply(self, x, w):
         rows = math.prod(x.shape[:-1])
         y = bind(bsmm_fwd_p, x.reshape(1, rows, x.shape[-1]), w[None], *self._tables, precision=self._precision)
-        return ad_checkpoint.checkpoint_name(y.reshape(x.shape[:-1] + (y.shape[-1],)), self.checkpoint_name)
+        return names.named(y.reshape(x.shape[:-1] + (y.shape[-1],)), self.checkpoint_name)
 
     # --------------------------------------------------------------- packing
 
