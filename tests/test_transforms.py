@@ -105,6 +105,63 @@ def test_checkpoint_policy_by_name_saves_the_products(rng):
         assert count(jax.checkpoint_policies.save_only_these_names(op.checkpoint_name)) == 2
 
 
+def _matmul_and_conv(rng):
+    """A matmul and a conv (precision highest), each with its dense twin and an input shape."""
+    bsmm, dense = make(rng)
+    conv = jbs.BlockSparseConv(awkward_layout(rng, 3, 4), 8, (2, 3), padding=((1, 0), (1, 1)),
+                               precision="highest")
+    dense_conv = lambda x, w: jax.lax.conv_general_dilated(
+        x, conv.to_dense(w), (1, 1), conv.padding, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        precision=jax.lax.Precision.HIGHEST)
+    return [(bsmm, dense, (5, 32)), (conv, dense_conv, (2, 5, 6, 24))]
+
+
+def test_transpose_where_the_output_is_a_tangent(rng):
+    """The op's output named for remat policies (names.py) still transposes: linear_transpose,
+    and a custom_jvp rule built from the op, which reverse mode transposes."""
+    for op, dense, shape in _matmul_and_conv(rng):
+        x = random_array(rng, shape, jnp.float32)
+        w = random_array(rng, op.w_shape, jnp.float32)
+        ct = random_array(rng, jax.eval_shape(op, x, w).shape, jnp.float32)
+        transposed = lambda f: jax.linear_transpose(lambda v: f(v, w), x)(ct)
+        close(transposed(op), transposed(dense))
+
+        @jax.custom_jvp
+        def product(x, w):
+            return op(x, w)
+
+        product.defjvp(lambda primals, tangents: (
+            op(*primals), op(tangents[0], primals[1]) + op(primals[0], tangents[1])))
+        grads = lambda f: jax.grad(lambda x, w: jnp.sum(jnp.sin(f(x, w))), argnums=(0, 1))(x, w)
+        close(grads(product), grads(dense))
+
+
+def test_vmap_of_cond_with_a_batched_predicate(rng):
+    """lax.cond under vmap with a batched predicate broadcasts every operand, the layout's
+    tables too; the op takes them as the one table they are."""
+    for op, dense, shape in _matmul_and_conv(rng):
+        x = random_array(rng, (2,) + shape, jnp.float32)
+        w = random_array(rng, op.w_shape, jnp.float32)
+        pick = jnp.array([True, False])
+
+        def branchy(f):
+            one = lambda p, x, w: jnp.sum(jax.lax.cond(p, lambda x: f(x, w), lambda x: -2 * f(x, w), x) ** 2)
+            return jax.jit(jax.vmap(jax.value_and_grad(one, argnums=(1, 2)), in_axes=(0, 0, None)))(pick, x, w)
+        close(branchy(op), branchy(dense))
+
+
+def test_eager_calls_keep_the_tables_on_the_device(rng):
+    """An eager call on device arrays copies nothing from the host (the tables' device copies
+    are kept), so it runs under jax.transfer_guard("disallow")."""
+    for op, dense, shape in _matmul_and_conv(rng):
+        x = jax.device_put(random_array(rng, shape, jnp.float32))
+        w = jax.device_put(random_array(rng, op.w_shape, jnp.float32))
+        op(x, w)  # the first call puts the tables on the device, explicitly
+        with jax.transfer_guard("disallow"):
+            y = op(x, w)
+        close(y, dense(x, w))
+
+
 @pytest.mark.parametrize("x_axis,w_axis", [(0, None), (1, None), (2, None), (None, 0), (None, 1),
                                            (None, 3), (0, 0), (1, 2), (2, 0)])
 def test_vmap_any_axis(rng, x_axis, w_axis):

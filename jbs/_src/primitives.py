@@ -22,7 +22,9 @@ the operands: K = bs * (len(fwd_offsets) - 1), C = bs * (len(dx_offsets) - 1).
 from __future__ import annotations
 
 import functools
+import weakref
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
@@ -193,8 +195,11 @@ def _batch_rule(prim, activation_first):
     def rule(args, dims, **params):
         a, b, *tables = args
         da, db = dims[:2]
-        if any(d is not NOT_MAPPED for d in dims[2:]):
-            raise NotImplementedError("jbs: vmap over the lookup tables (the layout) is not supported")
+        # The ops pass their tables as host constants (a layout is never traced), so a batched
+        # table is one that a transformation broadcast, as lax.cond / switch do with every
+        # operand under a batched predicate: each entry is the same table.
+        tables = [t if d is NOT_MAPPED else jax.lax.index_in_dim(t, 0, d, keepdims=False)
+                  for t, d in zip(tables, dims[2:])]
         if activation_first and db is NOT_MAPPED:
             a = jnp.moveaxis(a, da, 1)  # (g, batch, n, f)
             g, batch, n, f = a.shape
@@ -218,13 +223,46 @@ batching.primitive_batchers[bsmm_dw_p] = _batch_rule(bsmm_dw_p, activation_first
 
 # ----------------------------------------------------------------------------- eager calls
 
+# Device copies of the layouts' tables for eager calls. The tables are cached, read-only numpy
+# arrays (tables.py); passed as they are, each eager call would copy all of them to the device
+# again (a few dozen small transfers, and an error under jax.transfer_guard("disallow")). A copy
+# is kept per table and device, and dropped with its table.
+_device_tables = {}
+
+
+def _on_device(table, device):
+    key = (id(table), device)
+    copy = _device_tables.get(key)
+    if copy is None:
+        copy = _device_tables[key] = jax.device_put(table, device)
+        weakref.finalize(table, _device_tables.pop, key, None)
+    return copy
+
+
+def _the_device(a, b):
+    """The one device both operands live on, or None (host data, sharded or split operands)."""
+    devices = set()
+    for operand in (a, b):
+        sharding = getattr(operand, "sharding", None)
+        if sharding is None or len(sharding.device_set) != 1:
+            return None
+        devices |= sharding.device_set
+    return devices.pop() if len(devices) == 1 else None
+
+
 def _eager_impl(prim):
     """Outside jit a primitive runs as a one-op jitted computation (so it uses the lowering)."""
     @functools.lru_cache(maxsize=None)
     def compiled(**params):
         return jax.jit(lambda *operands: prim.bind(*operands, **params))
 
-    return lambda *operands, **params: compiled(**params)(*operands)
+    def call(a, b, *tables, **params):
+        device = _the_device(a, b)
+        if device is not None:
+            tables = [_on_device(t, device) if isinstance(t, np.ndarray) and not t.flags.writeable else t
+                      for t in tables]
+        return compiled(**params)(a, b, *tables)
+    return call
 
 
 for _prim in (bsmm_fwd_p, bsmm_dx_p, bsmm_dw_p):
