@@ -3,11 +3,11 @@
 import importlib
 
 from jbs import initializers, layouts
-from jbs._src.extension import BackendInfo, backend_info
+from jbs._src.extension import BackendInfo, backend_info, export_disabled_checks
 from jbs.conv import BlockSparseConv, BlockSparseConvTranspose
 from jbs.matmul import BlockSparseMatMul
 
-__all__ = ["BlockSparseConv", "BlockSparseConvTranspose", "BlockSparseMatMul", "BackendInfo", "backend_info", "initializers", "layouts"]
+__all__ = ["BlockSparseConv", "BlockSparseConvTranspose", "BlockSparseMatMul", "BackendInfo", "backend_info", "export_disabled_checks", "initializers", "layouts"]
 __version__ = "0.1.0"
 
 # The Flax layers need flax (an optional dependency): imported on first use of jbs.nn / jbs.linen.

@@ -2,7 +2,10 @@
 each primitive becomes its FFI custom call, with only the tables it reads, int32 attributes, and
 a Shardy sharding rule that lets sharded rows pass through (and sums them in dw)."""
 
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -79,6 +82,49 @@ def test_gpus_older_than_sm80_lower_to_the_reference(monkeypatch):
     info = extension.backend_info()
     assert not info.cuda_kernels and info.gpu_present
     assert "Tesla T4" in info.reason and "7.5" in info.reason and "reference" in str(info)
+
+
+def test_export_for_cuda_with_the_disabled_checks_jbs_names():
+    """jax.export for CUDA refuses jbs's custom calls unless told; jbs.export_disabled_checks()
+    is what it needs, and names every target the extension registers."""
+    from jbs._src import extension
+    if not extension.cuda_available():
+        pytest.skip("needs the compiled CUDA extension (no GPU needed)")
+    assert sorted(extension.FFI_TARGETS) == sorted(extension.load()[0].registrations())
+    bsmm = jbs.BlockSparseMatMul(np.array([[1, 0, 1], [1, 1, 0]], bool), 16)
+    conv = jbs.BlockSparseConv(np.array([[1, 0, 1], [1, 1, 0]], bool), 16, (2, 3))
+    step = jax.jit(jax.grad(lambda x, w, v, k: jnp.sum(bsmm(x, w) ** 2) + jnp.sum(conv(v, k) ** 2),
+                            argnums=(0, 1, 2, 3)))
+    args = (jnp.ones((8, 32), jnp.bfloat16), jnp.ones(bsmm.w_shape, jnp.bfloat16),
+            jnp.ones((2, 5, 6, 32), jnp.bfloat16), jnp.ones(conv.w_shape, jnp.bfloat16))
+    with pytest.raises(ValueError, match="jbs_bsmm_fwd"):
+        jax.export.export(step, platforms=["cuda"])(*args)
+    exported = jax.export.export(step, platforms=["cuda"], disabled_checks=jbs.export_disabled_checks())(*args)
+    text = exported.mlir_module()
+    assert exported.platforms == ("cuda",)
+    assert all(f"@{target}(" in text for target in extension.FFI_TARGETS)
+
+
+def test_cuda_without_the_extension_warns_that_the_reference_runs():
+    """Lowering for CUDA where the extension did not load (JBS_DISABLE_CUDA here) takes the
+    reference path, and says so once."""
+    script = (
+        "import warnings, numpy as np, jax, jax.numpy as jnp, jbs\n"
+        "bsmm = jbs.BlockSparseMatMul(np.array([[1, 0, 1], [1, 1, 0]], bool), 16)\n"
+        "f = jax.jit(lambda x, w: bsmm(x, w) + bsmm(x, w))\n"
+        "args = (jnp.ones((8, 32), jnp.bfloat16), jnp.ones(bsmm.w_shape, jnp.bfloat16))\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    text = f.trace(*args).lower(lowering_platforms=('cuda',)).as_text()\n"
+        "    f.trace(*args).lower(lowering_platforms=('cpu',))\n"
+        "print(len(caught), caught[0].message if caught else '')\n"
+        "print('custom_call @jbs' in text, 'dot_general' in text)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, JBS_DISABLE_CUDA="1", JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    count_and_message, kernels_and_reference = done.stdout.strip().splitlines()[-2:]
+    assert count_and_message.startswith("1 ") and "JBS_DISABLE_CUDA" in count_and_message
+    assert kernels_and_reference == "False True"
 
 
 PARTITION_SCRIPT = """

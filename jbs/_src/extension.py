@@ -67,6 +67,22 @@ def cuda_available() -> bool:
     return load()[0] is not None
 
 
+# The XLA FFI targets the extension registers (cuda/ffi), which a function lowered for CUDA calls.
+FFI_TARGETS = ("jbs_bsmm_fwd", "jbs_bsmm_dx", "jbs_bsmm_dw", "jbs_bsconv_fwd", "jbs_bsconv_dx", "jbs_bsconv_dw")
+
+
+def export_disabled_checks() -> list:
+    """The ``disabled_checks`` that ``jax.export.export`` needs for a function that calls jbs's
+    CUDA kernels. jax.export refuses custom calls it does not know to be stable; jbs's are
+    stable only within one jbs build, so the process that calls the exported function must
+    import the same jbs (which registers the kernels) before it does::
+
+        exported = jax.export.export(jax.jit(f), platforms=["cuda"],
+                                     disabled_checks=jbs.export_disabled_checks())(x, w)
+    """
+    return [jax.export.DisabledSafetyCheck.custom_call(target) for target in FFI_TARGETS]
+
+
 # The oldest GPU the kernels are built for (CMakeLists.txt: sm_80, sm_90a and sm_90 PTX).
 MIN_COMPUTE_CAPABILITY = (8, 0)
 

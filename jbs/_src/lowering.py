@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import numpy as np
 import jax
@@ -567,6 +568,25 @@ def register() -> None:
         mlir.register_lowering(prim, _reference_rule(reference_fn))
     if extension.cuda_available():
         register_cuda()
+    else:
+        for prim, (reference_fn, target, used_tables) in _OPS.items():
+            mlir.register_lowering(prim, _announced(_reference_rule(reference_fn)), platform="cuda")
+
+
+@functools.cache
+def _announce_reference_on_cuda() -> None:
+    warnings.warn(f"jbs: lowering for CUDA without jbs's CUDA kernels ({extension.load()[1]}): the "
+                  "pure-JAX reference path, far slower, runs on the GPU (or goes into a jax.export "
+                  "for CUDA) instead; jbs.backend_info() says more", RuntimeWarning, stacklevel=2)
+
+
+def _announced(rule):
+    """``rule``, warning once per process that CUDA gets the reference path, so that a GPU run
+    or an export for CUDA does not take it unannounced."""
+    def announced(ctx, *operands, **params):
+        _announce_reference_on_cuda()
+        return rule(ctx, *operands, **params)
+    return announced
 
 
 def register_cuda() -> None:
