@@ -62,11 +62,27 @@ def test_cases_outside_every_target_are_not_judged():
 def test_markdown_reports_uncovered_targets_and_never_counts_them_met():
     records = [_record("jbs", 48.0), _record("jbs", 60.0, op="dx")]
     text = targets.markdown(GPU_RUN, records)
-    assert "| 32 x 12288^2 fwd / dx, bs 32, 1/2-1/16 | <= 1.25 x floor | 1 / 2 | dx bfloat16 bs 32 1/2: 1.50 |" in text
+    assert "| 32 x 12288^2 fwd / dx, bs 32, 1/2-1/16 | <= 1.25 x floor | 1 / 2 | dx bfloat16 bs 32 1/2: 1.50 | - |" in text
     assert "Not covered by this run: 32 x 12288^2 fwd / dx, bs 32, 1/32-1/64;" in text
     assert "conv bf16, bs 32, 1/4." in text
     every = targets.markdown(GPU_RUN, records, every_case=True)
-    assert "| forward bfloat16 bs 32 1/2 | 1.20 | yes |" in every and "| dx bfloat16 bs 32 1/2 | 1.50 | no |" in every
+    assert "| forward bfloat16 bs 32 1/2 | 1.20 | yes | - |" in every and "| dx bfloat16 bs 32 1/2 | 1.50 | no | - |" in every
+
+
+def test_xla_s_copy_of_the_same_bytes_is_held_to_the_floor_bars():
+    """Where the run timed XLA's copy of a case's bytes, each floor-measured target says in how
+    many cases that copy meets the bar: a bar the copy misses is below what a plain kernel costs."""
+    records = [_record("jbs", 60.0, density=1 / 16, floor_us=5.0), _record("xla_copy", 9.0, density=1 / 16, floor_us=5.0),
+               _record("jbs", 60.0, op="dx", density=1 / 2), _record("xla_copy", 40.0, op="dx", density=1 / 2),
+               _record("jbs", 9.0, density=1 / 64, floor_us=3.0), _record("xla_copy", 8.0, density=1 / 64, floor_us=3.0)]
+    checks = targets.check(records)
+    assert sorted((c.record["density"], c.copy_value, c.copy_met) for c in checks) == [
+        (1 / 64, 5.0, False), (1 / 16, 1.8, False), (1 / 2, 1.0, True)]
+    text = targets.markdown(GPU_RUN, records)
+    assert "| 32 x 12288^2 fwd / dx, bs 32, 1/2-1/16 | <= 1.25 x floor | 0 / 2 | forward bfloat16 bs 32 1/16: 12.00 | 1 / 2 |" in text
+    assert "| 32 x 12288^2 fwd / dx, bs 32, 1/32-1/64 | <= 2 us over floor | 0 / 1 | forward bfloat16 bs 32 1/64: 6.00 | 0 / 1 |" in text
+    every = targets.markdown(GPU_RUN, records, every_case=True)
+    assert "| forward bfloat16 bs 32 1/16 | 12.00 | no | 1.80 |" in every
 
 
 def test_a_reference_path_run_is_not_judged():
