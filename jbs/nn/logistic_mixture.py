@@ -10,10 +10,14 @@ values 0 and 255 own everything beyond them.
 
 from __future__ import annotations
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 
 _HALF_BIN = 1.0 / 255.0
+# The 8-bit grid in [-1, 1], each level p / 127.5 - 1 rounded once from float64 (0 and 255 are
+# -1 and 1 exactly). A numpy constant: a jax array here would be made at import time.
+_LEVELS = (np.arange(256) / 127.5 - 1.0).astype(np.float32)
 _MIN_LOG_SCALE = -7.0
 
 
@@ -96,9 +100,10 @@ def sample_discretized_mix_logistic(key, outputs):
     u = jax.random.uniform(noise_key, outputs.shape[:-1] + (3,), minval=1e-5, maxval=1.0 - 1e-5)
     logistic = pick(means) + jnp.exp(pick(log_scales)) * (jnp.log(u) - jnp.log1p(-u))
     coefficients = pick(coefficients)
-    # Centred on 127.5 so that 0 and 255 land on -1 and 1 exactly even where XLA multiplies by
-    # the reciprocal (v / 127.5 - 1 gave 1.0000001 under jit).
-    quantise = lambda v: (jnp.clip(jnp.round((v + 1.0) * 127.5), 0, 255) - 127.5) / 127.5
+    # The grid's values from a table: any arithmetic from the level is at XLA's mercy (it
+    # multiplies by the reciprocal, so 255 landed on 1.0000001 on CPU under jit and on
+    # 0.99999994 on a GPU whichever way the division was written).
+    quantise = lambda v: jnp.asarray(_LEVELS)[jnp.clip(jnp.round((v + 1.0) * 127.5), 0, 255).astype(jnp.int32)]
     red = quantise(logistic[..., 0])
     green = quantise(logistic[..., 1] + coefficients[..., 0] * red)
     blue = quantise(logistic[..., 2] + coefficients[..., 1] * red + coefficients[..., 2] * green)
