@@ -87,7 +87,8 @@ def large_table(path, meta, records) -> str:
         if dense:
             cell += f" ({100 * ours['tflops'] / dense['tflops']:.0f}%)"
         if "torch_bsr" in impls:
-            cell += f", {report.torch_speedup(impls, digits=1)}x torch"
+            speedup = report.torch_speedup(impls, digits=1)  # "1.7" or, against jbs at highest, "1.7 h"
+            cell += f", {speedup.removesuffix(' h')}x torch" + (" h" if speedup.endswith(" h") else "")
         if ours.get("path", "").startswith("dense"):
             cell += " *"
         _put(rows, (ours["dtype"], ours["block_size"]), ours["density"], cell)

@@ -2,6 +2,7 @@
 JSON files each table's marker names, they come out as the README has them."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ def test_readme_tables_match_their_results_files():
 
 def test_a_stale_table_is_caught(tmp_path):
     readme = (ROOT / "README.md").read_text()
-    stale = readme.replace("| 1/2 | 51.8 (1.34x) |", "| 1/2 | 41.8 (1.08x) |", 1)
+    stale = re.sub(r"\| bfloat16 \| 1/2 \| [0-9.]+ ", "| bfloat16 | 1/2 | 999.9 ", readme, count=1)  # the seed table
     assert stale != readme
     (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
     (tmp_path / "README.md").write_text(stale)
