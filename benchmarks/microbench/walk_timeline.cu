@@ -9,7 +9,9 @@
 //   2. records one launch's per-warp time stamps through the walk's JBS_WALK_TIMES hook
 //      (bsmm_stream_even_kernel.cuh; compiled in only here): the first warp's start to each
 //      warp's first data (the ramp), the spread of the warps' ends (the tail the fast SMs wait
-//      through) and the span.
+//      through) and the span; the ramp split at the warp's items in hand and its return from
+//      griddep_wait. Built with -DJBS_WALK_PREFETCH_TENSORMAP as well, the walk prefetches its
+//      TMA descriptors first: compare the two builds' ramps and op times.
 // Output: one markdown row per density.
 //
 // Build and run on the GPU machine (densities as denominators, default 2 4 8 16):
@@ -184,38 +186,44 @@ static void run(int denominator, cudaStream_t stream, int sms) {
   // One launch with the walk's time stamps (after a warm one).
   const int64_t warps_max = int64_t(sms) * 64;
   unsigned long long* times = nullptr;
-  CHECK(cudaMalloc(&times, warps_max * 4 * sizeof(unsigned long long)));
-  CHECK(cudaMemset(times, 0, warps_max * 4 * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&times, warps_max * jbs::kWalkStamps * sizeof(unsigned long long)));
+  CHECK(cudaMemset(times, 0, warps_max * jbs::kWalkStamps * sizeof(unsigned long long)));
   CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &times, sizeof(times)));
   op(0);
   CHECK(cudaStreamSynchronize(stream));
-  CHECK(cudaMemset(times, 0, warps_max * 4 * sizeof(unsigned long long)));
+  CHECK(cudaMemset(times, 0, warps_max * jbs::kWalkStamps * sizeof(unsigned long long)));
   op(1);
   CHECK(cudaStreamSynchronize(stream));
   unsigned long long* none = nullptr;
   CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &none, sizeof(none)));
-  std::vector<unsigned long long> t(warps_max * 4);
+  std::vector<unsigned long long> t(warps_max * jbs::kWalkStamps);
   CHECK(cudaMemcpy(t.data(), times, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
 
+  constexpr int K = jbs::kWalkStamps;
   unsigned long long t0 = ~0ull;
   for (int64_t i = 0; i < warps_max; ++i) {
-    if (t[4 * i] != 0) t0 = std::min(t0, t[4 * i]);
+    if (t[K * i] != 0) t0 = std::min(t0, t[K * i]);
   }
-  std::vector<double> starts, firsts, ramps, ends;
+  // The ramp split: start -> items in hand -> past griddep_wait -> first stage landed (each
+  // from the warp's own start).
+  std::vector<double> starts, firsts, ramps, ends, items_in, past_wait;
   for (int64_t i = 0; i < warps_max; ++i) {
-    if (t[4 * i] == 0) continue;
-    starts.push_back((t[4 * i] - t0) * 1e-3);
-    firsts.push_back((t[4 * i + 1] - t0) * 1e-3);
-    ramps.push_back((t[4 * i + 1] - t[4 * i]) * 1e-3);
-    ends.push_back((t[4 * i + 2] - t0) * 1e-3);
+    if (t[K * i] == 0) continue;
+    starts.push_back((t[K * i] - t0) * 1e-3);
+    firsts.push_back((t[K * i + 1] - t0) * 1e-3);
+    ramps.push_back((t[K * i + 1] - t[K * i]) * 1e-3);
+    ends.push_back((t[K * i + 2] - t0) * 1e-3);
+    items_in.push_back((t[K * i + 4] - t[K * i]) * 1e-3);
+    past_wait.push_back((t[K * i + 5] - t[K * i]) * 1e-3);
   }
   const double span = percentile(ends, 1.0);
-  std::printf("| 1/%d | %.1f | %.1f | %.2f | %zu | %.0f | %.2f / %.2f | %.2f / %.2f / %.2f | %.2f | "
+  std::printf("| 1/%d | %.1f | %.1f | %.2f | %zu | %.0f | %.2f / %.2f | %.2f / %.2f / %.2f | %.2f | %.2f / %.2f | "
               "%.1f / %.1f / %.1f / %.1f | %.1f | %.1f |\n",
               denominator, op_us, floor_us, op_us / floor_us, ends.size(), double(l.nnz) / ends.size(),
               percentile(starts, 0.5), percentile(starts, 1.0), percentile(firsts, 0.1), percentile(firsts, 0.5),
-              percentile(firsts, 1.0), percentile(ramps, 0.5), percentile(ends, 0.0), percentile(ends, 0.1),
-              percentile(ends, 0.5), percentile(ends, 0.9), span, op_us - span);
+              percentile(firsts, 1.0), percentile(ramps, 0.5), percentile(past_wait, 0.5), percentile(items_in, 0.5),
+              percentile(ends, 0.0), percentile(ends, 0.1), percentile(ends, 0.5), percentile(ends, 0.9), span,
+              op_us - span);
   std::fflush(stdout);
   for (T* p : w) CHECK(cudaFree(p));
   CHECK(cudaFree(x));
@@ -247,8 +255,9 @@ int main(int argc, char** argv) {
   std::printf("%s, %d SMs, copy %.0f GB/s (read + write); bf16 fwd, N = %d, %d^2, bs %d, jbs's launcher\n\n",
               prop.name, prop.multiProcessorCount, g_copy_bytes_per_us / 1e3, kN, kC, kBS);
   std::printf("| density | op us | floor us | x floor | warps | items / warp | start p50 / max | first data "
-              "p10 / p50 / max | ramp p50 | end min / p10 / p50 / p90 | walk span | op - span |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "p10 / p50 / max | ramp p50 | ramp: past griddep_wait / items p50 | end min / p10 / p50 / p90 | "
+              "walk span | op - span |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<int> denominators;
   for (int i = 1; i < argc; ++i) denominators.push_back(std::atoi(argv[i]));
   if (denominators.empty()) denominators = {2, 4, 8, 16};

@@ -116,8 +116,11 @@ struct StreamEvenParams {
 
 #ifdef JBS_WALK_TIMES
 // Per-warp time stamps of the walk, for benchmarks/microbench/walk_timeline.cu only (jbs's own
-// build never defines JBS_WALK_TIMES): {start, first data, end, SM id} per warp of the grid,
-// %globaltimer nanoseconds, written where this points (null: nothing written).
+// build never defines JBS_WALK_TIMES): {start, first data, end, SM id, items in hand, past
+// griddep_wait, -, -} per warp of the grid (kWalkStamps slots), %globaltimer nanoseconds,
+// written where this points (null: nothing written). JBS_WALK_PREFETCH_TENSORMAP (also the
+// microbenchmark's alone) prefetches the TMA descriptors first: is the ramp waiting for them?
+constexpr int kWalkStamps = 8;
 __device__ unsigned long long* g_walk_times = nullptr;
 
 __device__ __forceinline__ unsigned long long walk_clock_ns() {
@@ -289,7 +292,15 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   const int cnt = end - base;  // >= 1 for active warps since W <= nnz
 #ifdef JBS_WALK_TIMES
   const unsigned long long walk_start = walk_clock_ns();
-  unsigned long long walk_first_data = 0;
+  unsigned long long walk_first_data = 0, walk_items = 0, walk_dependency = 0;
+#endif
+#ifdef JBS_WALK_PREFETCH_TENSORMAP
+  if constexpr (SWIZZLED) {
+    if (lane == 0) {
+      prefetch_tensormap(&p.w_map);
+      prefetch_tensormap(&p.in_map);
+    }
+  }
 #endif
   // The sum kernel behind this walk may become resident now and wait there
   // (launch_even_split): its launch gap then overlaps the walk.
@@ -320,6 +331,9 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   auto issue = [&](int stage, int t) {
     const int wb = __shfl_sync(0xffffffffu, bcur.x, t & 31);
     const int ib = __shfl_sync(0xffffffffu, bcur.y, t & 31);
+#ifdef JBS_WALK_TIMES
+    if (t == 0) walk_items = walk_clock_ns();  // issued after the shuffles, which wait for the items
+#endif
     T* xs = reinterpret_cast<T*>(ring + stage * Cfg::kStageBytes + Cfg::kXOffsetBytes);
     T* ws = reinterpret_cast<T*>(ring + stage * Cfg::kStageBytes + Cfg::kWOffsetBytes);
     if constexpr (SWIZZLED) {
@@ -356,6 +370,9 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   // Swizzled tiles come from the tile-major copy the kernel ahead made (launched
   // early behind it: launch_stream_even_swizzled); without a copy this returns at once.
   if constexpr (SWIZZLED) griddep_wait();
+#ifdef JBS_WALK_TIMES
+  walk_dependency = walk_clock_ns();
+#endif
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < cnt) issue(s, s);
@@ -466,11 +483,13 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   if (lane == 0 && g_walk_times != nullptr) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    unsigned long long* mine = g_walk_times + 4 * (g * W + gw);
+    unsigned long long* mine = g_walk_times + kWalkStamps * (g * W + gw);
     mine[0] = walk_start;
     mine[1] = walk_first_data;
     mine[2] = walk_clock_ns();
     mine[3] = sm;
+    mine[4] = walk_items;
+    mine[5] = walk_dependency;
   }
 #endif
 }
