@@ -15,6 +15,7 @@ the fan-in of each unit's real inputs, not the packed array's shape.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import jax
@@ -37,11 +38,32 @@ def _check_shape(shape, expected):
         raise ValueError(f"init shape must end in the packed weight shape {expected}; got {tuple(shape)}")
 
 
+def _check_dtype(dtype):
+    """Weights are floats: drawn into an integer dtype they would round to zeros."""
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(f"dtype must be a floating dtype for weights; got {jnp.dtype(dtype)}")
+
+
+def _check_scale(scale, *, positive: bool):
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a real number; got {scale!r}")
+    if not np.isfinite(scale) or (positive and not scale > 0):
+        raise ValueError(f"scale must be a finite{' positive' if positive else ''} number; got {scale!r}")
+
+
 def packed(init):
-    """Marks ``init`` as taking the packed shape ``([kh, kw,] nnz, bs, bs)`` itself, so the
-    block-sparse layers call it as it is (the initialisers of this module are marked)."""
-    init.takes_packed_shape = True
-    return init
+    """``init``, marked as taking the packed shape ``([kh, kw,] nnz, bs, bs)`` itself, so the
+    block-sparse layers call it as it is (the initialisers of this module are marked). A new
+    function: the one passed in is left as it was."""
+    if not callable(init):
+        raise TypeError(f"init must be a callable init(key, shape, dtype); got {init!r}")
+
+    @functools.wraps(init)
+    def marked(*args, **kwargs):
+        return init(*args, **kwargs)
+
+    marked.takes_packed_shape = True
+    return marked
 
 
 def _unboxed(value):
@@ -77,6 +99,7 @@ def per_block_column(init, layout, block_size: int):
 
     def packed_init(key, shape=expected, dtype=jnp.float32):
         _check_shape(shape, expected)
+        _check_dtype(dtype)
         taps = tuple(shape[:-3])
         parts = []
         rebox = [lambda array: array]  # the wrapper of the initialiser's results, if any
@@ -111,8 +134,7 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
     distribution: "truncated_normal" (cut at 2 std, rescaled), "normal" or "uniform".
     """
     layout, block_size, rows, cols = _packed_geometry(layout, block_size)
-    if not scale > 0:
-        raise ValueError(f"scale must be positive, got {scale!r}")
+    _check_scale(scale, positive=True)
     if distribution not in ("truncated_normal", "normal", "uniform"):
         raise ValueError(f"distribution must be 'truncated_normal', 'normal' or 'uniform', got {distribution!r}")
     fan_in = layout.sum(axis=0)[cols] * block_size  # (nnz,) fan-in of the block's output units
@@ -121,6 +143,7 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
 
     def init(key, shape=expected, dtype=jnp.float32):
         _check_shape(shape, expected)
+        _check_dtype(dtype)
         taps = int(np.prod(shape[:-3]))  # filter taps of a conv kernel also feed each output
         if distribution == "truncated_normal":
             # std of a unit normal truncated to [-2, 2]
@@ -150,6 +173,7 @@ def identity(layout, block_size: int, scale: float = 1.0, tap=None, *, gates: in
     that reads each output pixel's own input pixel under their padding (an even kernel with
     "SAME" padding pads less before than after, so its centre would shift the image)."""
     layout, block_size, rows, cols = _packed_geometry(layout, block_size)
+    _check_scale(scale, positive=False)
     if isinstance(gates, bool) or not isinstance(gates, (int, np.integer)) or gates < 1:
         raise ValueError(f"gates must be a positive int; got {gates!r}")
     if layout.shape[1] % gates:
@@ -168,6 +192,7 @@ def identity(layout, block_size: int, scale: float = 1.0, tap=None, *, gates: in
     def init(key=None, shape=expected, dtype=jnp.float32):
         del key
         _check_shape(shape, expected)
+        _check_dtype(dtype)
         kernel = np.zeros(shape, np.float32)
         centre = tuple(size // 2 for size in shape[:-3]) if tap is None else tuple(tap)
         if len(centre) != len(shape) - 3 or not all(0 <= t < size for t, size in zip(centre, shape[:-3])):

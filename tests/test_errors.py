@@ -127,7 +127,7 @@ def test_layout_generator_seed_and_k():
         jbs.layouts.random(4, 4, 0.5, seed=None)
     with pytest.raises(ValueError, match="even k"):
         jbs.layouts.watts_strogatz(10, 3, 0.1, seed=0)
-    with pytest.raises(ValueError, match="scale must be positive"):
+    with pytest.raises(ValueError, match="scale must be a finite positive number"):
         jbs.initializers.variance_scaling(LAYOUT, 8, scale=-1.0)
 
 
@@ -213,3 +213,63 @@ def test_layers_name_a_float64_computation():
         dense = jbs.linen.BlockSparseDense(16, layout=np.eye(2), block_size=8, param_dtype=jnp.float64)
         with pytest.raises(TypeError, match=r"computes in float64"):
             dense.init(jax.random.key(0), x)
+
+
+def test_bad_inputs_found_by_the_input_audit_are_named():
+    """Each of these once gave silent garbage (all-zero or NaN weights, all-True layouts,
+    pixels from NaN outputs) or an error that did not name the argument."""
+    import jax
+    from flax import nnx
+    from jbs.nn.logistic_mixture import discretized_mix_logistic_loss, sample_discretized_mix_logistic
+
+    layout = np.ones((2, 3), bool)
+    with pytest.raises(ValueError, match=r"layout_fn\(\d+, \d+, 0\) must hold only 0 and 1"):
+        jbs.nn.PixelCNNPP(16, resnets=1, mixtures=1, block_size=8, rngs=nnx.Rngs(0),
+                          layout_fn=lambda rows, cols, seed: np.full((rows, cols), 0.5))
+    with pytest.raises(TypeError, match="block_size"):
+        jbs.nn.PixelCNNPP(16, resnets=1, mixtures=1, block_size="8", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="density"):
+        jbs.nn.PixelCNNPP(16, resnets=1, mixtures=1, block_size=8, density=None, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="param_dtype must be a floating dtype; got int32"):
+        jbs.nn.BlockSparseLinear(16, 24, layout=layout, block_size=8, param_dtype=jnp.int32, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="param_dtype"):
+        jbs.linen.BlockSparseDense(24, layout=layout, block_size=8, param_dtype=jnp.int32).init(
+            jax.random.key(0), jnp.ones((2, 16)))
+    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+        jbs.initializers.variance_scaling(layout, 8)(jax.random.key(0), (6, 8, 8), jnp.int32)
+    with pytest.raises(ValueError, match="scale must be a finite positive number"):
+        jbs.initializers.variance_scaling(layout, 8, float("inf"))
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        jbs.initializers.variance_scaling(layout, 8, "1")
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        jbs.initializers.identity(np.eye(2), 8, scale=float("nan"))
+    with pytest.raises(ValueError, match="layout must be a 2-D array"):
+        jbs.BlockSparseMatMul([[1, 0], [1]], 8)
+    with pytest.raises(ValueError, match="gates"):
+        jbs.nn.gate_layout(layout, 2, 0)
+    with pytest.raises(TypeError, match="hidden_blocks"):
+        jbs.nn.gate_layout(layout, "2", 4)
+    cell = jbs.nn.SparseLSTMCell(16, 16, layout=np.ones((2, 2), bool), block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="c and h must have one shape"):
+        cell((jnp.zeros((3, 8)), jnp.zeros((3, 16))), jnp.ones((3, 16)))
+    outputs = jax.random.normal(jax.random.key(1), (1, 2, 2, 10))
+    images = jnp.zeros((1, 2, 2, 3))
+    assert np.isfinite(float(discretized_mix_logistic_loss(images.tolist(), outputs)))  # a list is an array
+    with pytest.raises(ValueError, match="at least one pixel"):
+        discretized_mix_logistic_loss(jnp.zeros((0, 2, 2, 3)), jnp.zeros((0, 2, 2, 10)))
+    with pytest.raises(TypeError, match="x must be real"):
+        discretized_mix_logistic_loss(images.astype(jnp.complex64), outputs)
+    with pytest.raises(ValueError, match="outputs must be"):
+        sample_discretized_mix_logistic(jax.random.key(0), jnp.float32(0))
+    # NaN outputs (a diverged model) give NaN pixels, not plausible ones.
+    drawn = sample_discretized_mix_logistic(jax.random.key(0), outputs.at[0, 0, 0].set(jnp.nan))
+    assert np.isnan(np.asarray(drawn[0, 0, 0])).all() and np.isfinite(np.asarray(drawn[0, 1])).all()
+
+
+def test_packed_leaves_the_initialiser_passed_in_as_it_was():
+    from flax import nnx
+    init = nnx.initializers.lecun_normal()
+    marked = jbs.initializers.packed(init)
+    assert marked.takes_packed_shape and not hasattr(init, "takes_packed_shape")
+    with pytest.raises(TypeError, match="init must be a callable"):
+        jbs.initializers.packed(3)

@@ -21,6 +21,7 @@ LINEN_NAMES = ("the inputs' features", "features")
 def _apply(module: nn.Module, matmul, op, inputs, edges=None):
     """Creates the layer's parameters (kernel, scale, bias) in ``module`` and applies ``op``:
     shared by the dense and conv layers, which differ only in the op and the kernel shape."""
+    layer_utils.check_param_dtype(module.param_dtype)
     init = layer_utils.resolve_kernel_init(module.kernel_init, matmul, conv=op, edges=edges)
     kernel = module.param("kernel", init, op.w_shape, module.param_dtype)
     if module.weight_norm:
@@ -119,7 +120,7 @@ class SparseLSTMCell(nn.RNNCellBase):
     def __call__(self, carry, inputs):
         c, h = carry
         check_hidden_features(self.features, validation.check_block_size(self.block_size), name="features")
-        check_carry(h, self.features, name="features")
+        check_carry(c, h, self.features, name="features")
         hb = self.features // self.block_size
         width = 4 * self.features
         common = dict(dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision)

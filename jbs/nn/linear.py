@@ -25,6 +25,7 @@ class _BlockSparseLayer(nnx.Module):
                      edges=None):
         self.out_features = out_features
         self.use_bias, self.dtype, self.param_dtype, self.weight_norm = use_bias, dtype, param_dtype, weight_norm
+        layer_utils.check_param_dtype(param_dtype)
         init = layer_utils.resolve_kernel_init(kernel_init, self.matmul, conv=self.op, edges=edges)
         self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype), **kernel_metadata)
         self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype), **bias_metadata) if use_bias
