@@ -224,7 +224,7 @@ class BlockSparseConvTranspose(_ConvBase):
         else:
             pads = self.padding
         # The input dilated by the stride, padded, convolved with stride 1 (never materialised).
-        out_hw = tuple((size - 1) * s + 1 + lo + hi - k + 1 for size, (lo, hi), k, s
+        out_hw = tuple(max(0, (size - 1) * s + 1) + lo + hi - k + 1 for size, (lo, hi), k, s
                        in zip(x.shape[1:3], pads, self._dilated_kernel(), self.strides))
         return self._conv(x, w, ConvGeometry.transposed_convolution, pads, out_hw)
 

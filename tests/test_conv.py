@@ -140,3 +140,16 @@ def test_empty_images_give_empty_outputs_as_in_lax(rng):
     ref = jax.lax.conv_general_dilated(x, conv.to_dense(w), (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     assert y.shape == ref.shape == (2, 0, 3, 24)
     assert jax.grad(lambda x: conv(x, w).sum())(x).shape == x.shape
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("shape", [(1, 0, 3, 16), (2, 0, 0, 16), (1, 3, 0, 16)])
+def test_transposed_conv_of_an_empty_image_is_shaped_as_in_lax(rng, padding, shape):
+    """An image with no rows or columns: the padding alone still gives lax.conv_transpose's rows."""
+    conv = jbs.BlockSparseConvTranspose(awkward_layout(rng, 2, 3), 8, 3, strides=2, padding=padding)
+    w = random_array(rng, conv.w_shape, jnp.float32)
+    x = jnp.ones(shape, jnp.float32)
+    ref = lax.conv_transpose(x, conv.to_dense(w), (2, 2), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = conv(x, w)
+    assert y.shape == ref.shape
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(ref))

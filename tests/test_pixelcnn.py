@@ -65,7 +65,7 @@ def test_output_shape_and_bad_input(model, rng):
     (dict(features=40), "features=40 must be a multiple of block_size=16"),
     (dict(resnets=0), "resnets must be a positive int"),
     (dict(mixtures=1.5), "mixtures must be a positive int"),
-    (dict(density=0.0), r"density must be in \(0, 1\]"),
+    (dict(density=0.0), r"density must be a number in \(0, 1\]"),
     (dict(dropout=1.5), r"dropout must be a rate in \[0, 1\), got 1.5")])
 def test_bad_model_arguments(options, message):
     features = options.pop("features", 32)

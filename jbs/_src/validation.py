@@ -17,7 +17,10 @@ def as_layout(layout, name: str = "layout") -> np.ndarray:
     if isinstance(layout, jax.core.Tracer):
         raise TypeError(f"{name} must be concrete host data (numpy), not a traced value: a layout "
                         "is static, so pass it from outside jit/grad/vmap")
-    array = np.asarray(layout)
+    try:
+        array = np.asarray(layout)
+    except ValueError as error:  # ragged nested lists
+        raise ValueError(f"{name} must be a 2-D array of 0/1 or bool; numpy could not read it as one: {error}") from None
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array of 0/1 or bool, got shape {array.shape}")
     if array.dtype != np.bool_:

@@ -21,8 +21,19 @@ _LEVELS = (np.arange(256) / 127.5 - 1.0).astype(np.float32)
 _MIN_LOG_SCALE = -7.0
 
 
+def _real_array(value, name):
+    """``value`` as a float32 array; complex values (whose imaginary part a cast would drop
+    with only a warning) are refused."""
+    array = jnp.asarray(value)
+    if jnp.issubdtype(array.dtype, jnp.complexfloating):
+        raise TypeError(f"{name} must be real; got dtype {array.dtype}")
+    return array.astype(jnp.float32)
+
+
 def _parameters(x_shape, outputs):
     """Logits (..., M) and per-channel means, log scales, coefficients (..., 3, M)."""
+    if outputs.ndim < 1:
+        raise ValueError(f"outputs must be (..., 10 * mixtures); got a scalar of shape {outputs.shape}")
     mixtures = outputs.shape[-1] // 10
     if outputs.shape[-1] != 10 * mixtures or mixtures < 1:
         raise ValueError(f"outputs must have 10 * mixtures channels; got {outputs.shape[-1]}")
@@ -60,9 +71,9 @@ def _check_scaled(x) -> None:
 def discretized_mix_logistic_log_prob(x, outputs):
     """log p(x) per pixel (..., ) in nats; ``x`` (..., 3) in [-1, 1] on the 8-bit grid,
     ``outputs`` (..., 10 * mixtures) the network's output at the same pixels."""
-    x = jnp.asarray(x, jnp.float32)
+    x = _real_array(x, "x")
     _check_scaled(x)
-    logits, means, log_scales, coefficients = _parameters(x.shape, jnp.asarray(outputs, jnp.float32))
+    logits, means, log_scales, coefficients = _parameters(x.shape, _real_array(outputs, "outputs"))
     means = _conditional_means(means, coefficients, x)
     centred = x[..., None] - means
     inv_scale = jnp.exp(-log_scales)
@@ -84,6 +95,10 @@ def discretized_mix_logistic_log_prob(x, outputs):
 def discretized_mix_logistic_loss(x, outputs):
     """The negative log-likelihood of images ``x`` (N, H, W, 3) in [-1, 1], in bits per
     dimension (the unit of PixelCNN++'s CIFAR-10 results: 2.92 dense)."""
+    x = _real_array(x, "x")
+    if x.size == 0:
+        raise ValueError(f"x must hold at least one pixel (bits per dimension of nothing are undefined); "
+                         f"got shape {x.shape}")
     nats = -jnp.sum(discretized_mix_logistic_log_prob(x, outputs))
     return nats / (jnp.log(2.0) * x.size)
 
@@ -92,7 +107,7 @@ def sample_discretized_mix_logistic(key, outputs):
     """One sample (..., 3) in [-1, 1] per pixel of ``outputs`` (..., 10 * mixtures): a
     component by its logits, then red, green and blue in turn (each conditioned as the
     likelihood is), rounded to the 8-bit grid."""
-    outputs = jnp.asarray(outputs, jnp.float32)
+    outputs = _real_array(outputs, "outputs")
     logits, means, log_scales, coefficients = _parameters(outputs.shape[:-1] + (3,), outputs)
     component_key, noise_key = jax.random.split(key)
     component = jax.random.categorical(component_key, logits, axis=-1)
@@ -103,7 +118,9 @@ def sample_discretized_mix_logistic(key, outputs):
     # The grid's values from a table: any arithmetic from the level is at XLA's mercy (it
     # multiplies by the reciprocal, so 255 landed on 1.0000001 on CPU under jit and on
     # 0.99999994 on a GPU whichever way the division was written).
-    quantise = lambda v: jnp.asarray(_LEVELS)[jnp.clip(jnp.round((v + 1.0) * 127.5), 0, 255).astype(jnp.int32)]
+    # NaN (a diverged model's outputs) stays NaN: a table index would turn it into a pixel.
+    quantise = lambda v: jnp.where(jnp.isnan(v), jnp.nan, jnp.asarray(_LEVELS)[
+        jnp.clip(jnp.round((v + 1.0) * 127.5), 0, 255).astype(jnp.int32)])
     red = quantise(logistic[..., 0])
     green = quantise(logistic[..., 1] + coefficients[..., 0] * red)
     blue = quantise(logistic[..., 2] + coefficients[..., 1] * red + coefficients[..., 2] * green)

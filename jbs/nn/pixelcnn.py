@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jbs import layouts
+from jbs._src import validation
 from jbs.nn.conv import BlockSparseConv
 from jbs.nn.logistic_mixture import sample_discretized_mix_logistic
 
@@ -72,7 +73,9 @@ class _LayerFactory:
 
     def conv(self, in_features, out_features, kernel_size, padding, strides=1, transpose=False):
         bs = self.block_size
-        layout = np.asarray(self.layout_fn(in_features // bs, out_features // bs, next(self.seeds)), bool)
+        rows, cols, seed = in_features // bs, out_features // bs, next(self.seeds)
+        # Checked as any layout is (a float mask of 0.5s must not become all True).
+        layout = validation.as_layout(self.layout_fn(rows, cols, seed), name=f"layout_fn({rows}, {cols}, {seed})")
         return BlockSparseConv(in_features, out_features, kernel_size, layout=layout, block_size=bs,
                                strides=strides, padding=padding, transpose=transpose, weight_norm=True,
                                rngs=self.rngs, **self.options)
@@ -129,14 +132,16 @@ class PixelCNNPP(nnx.Module):
         for name, value in (("features", features), ("resnets", resnets), ("mixtures", mixtures)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        block_size = validation.check_block_size(block_size)
         if features % block_size:
             raise ValueError(f"features={features} must be a multiple of block_size={block_size}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.integer, np.floating)) \
                 or not 0 <= dropout < 1:
             raise ValueError(f"dropout must be a rate in [0, 1), got {dropout!r}")
         if layout_fn is None:
-            if not 0 < density <= 1:
-                raise ValueError(f"density must be in (0, 1], got {density!r}")
+            if isinstance(density, bool) or not isinstance(density, (int, float, np.integer, np.floating)) \
+                    or not 0 < density <= 1:
+                raise ValueError(f"density must be a number in (0, 1], got {density!r}")
             layout_fn = lambda rows, cols, seed: layouts.random(rows, cols, density, seed=seed)
         self.features, self.mixtures = features, mixtures
         layers = _LayerFactory(block_size, layout_fn, dtype, param_dtype, precision, rngs)
@@ -196,6 +201,11 @@ class PixelCNNPP(nnx.Module):
             pixel = sample_discretized_mix_logistic(key, outputs).astype(images.dtype)
             return jax.lax.dynamic_update_slice(images, pixel[:, None, None], (0, row, col, 0))
 
+        for name, value in (("num_images", num_images), ("height", height), ("width", width)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int; got {value!r}")
+        if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+            raise TypeError(f"dtype must be a floating dtype (pixels in [-1, 1]); got {jnp.dtype(dtype)}")
         images = jnp.zeros((num_images, height, width, 3), dtype)
         for index, pixel_key in enumerate(jax.random.split(key, height * width)):
             images = next_pixel(self, images, pixel_key, *divmod(index, width))

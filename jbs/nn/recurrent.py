@@ -22,6 +22,7 @@ def gate_layout(layout, hidden_blocks: int, gates: int) -> np.ndarray:
     """The (rows, gates*Hb) layout of a fused gate matmul: a (rows, Hb) layout repeated for every
     gate, or a (rows, gates*Hb) layout with one pattern per gate, as given."""
     layout = validation.as_layout(layout)
+    hidden_blocks, gates = _check_int("hidden_blocks", hidden_blocks, 1), _check_int("gates", gates, 1)
     if layout.shape[1] == hidden_blocks:
         return np.tile(layout, (1, gates))
     if layout.shape[1] == gates * hidden_blocks:
@@ -55,10 +56,14 @@ def check_hidden_features(hidden_features, block_size, name: str = "hidden_featu
         raise ValueError(f"{name}={hidden_features} must be a multiple of block_size={block_size}")
 
 
-def check_carry(h, hidden_features, name: str = "hidden_features") -> None:
+def check_carry(c, h, hidden_features, name: str = "hidden_features") -> None:
+    """The carry (c, h): each of hidden_features features, and of one shape (a c of another width
+    or batch would otherwise fail inside the gates' arithmetic)."""
     if h.shape[-1:] != (hidden_features,):
         raise ValueError(f"the carry's h must have {name}={hidden_features} features in its last axis; "
                          f"got shape {h.shape}")
+    if jnp.shape(c) != h.shape:
+        raise ValueError(f"the carry's c and h must have one shape; got c {jnp.shape(c)} and h {h.shape}")
 
 
 def sparse_width_for_params(dense_width: int, density: float, *, input_features: int = 0,
@@ -180,7 +185,7 @@ class SparseLSTMCell(_SparseCellBase):
 
     def __call__(self, carry, inputs):
         c, h = carry
-        check_carry(h, self.hidden_features)
+        check_carry(c, h, self.hidden_features)
         return self._step(c, self.dense_i(inputs), self.dense_h(h))
 
 
@@ -208,6 +213,6 @@ class SparseMLSTMCell(SparseLSTMCell):
 
     def __call__(self, carry, inputs):
         c, h = carry
-        check_carry(h, self.hidden_features)
+        check_carry(c, h, self.hidden_features)
         m = self.dense_mx(inputs) * self.dense_mh(h)
         return self._step(c, self.dense_i(inputs), self.dense_h(m))
