@@ -160,6 +160,11 @@ def test_eager_calls_keep_the_tables_on_the_device(rng):
         with jax.transfer_guard("disallow"):
             y = op(x, w)
         close(y, dense(x, w))
+        # Operands left uncommitted give an uncommitted result, as without the kept copies;
+        # operands committed to a device, a result on it.
+        assert not y.committed
+        device = jax.devices()[0]
+        assert op(jax.device_put(x, device), w).committed
 
 
 @pytest.mark.parametrize("x_axis,w_axis", [(0, None), (1, None), (2, None), (None, 0), (None, 1),

@@ -226,28 +226,33 @@ batching.primitive_batchers[bsmm_dw_p] = _batch_rule(bsmm_dw_p, activation_first
 # Device copies of the layouts' tables for eager calls. The tables are cached, read-only numpy
 # arrays (tables.py); passed as they are, each eager call would copy all of them to the device
 # again (a few dozen small transfers, and an error under jax.transfer_guard("disallow")). A copy
-# is kept per table and device, and dropped with its table.
+# is kept per table and placement, and dropped with its table.
 _device_tables = {}
 
 
-def _on_device(table, device):
-    key = (id(table), device)
+def _on_device(table, placement):
+    key = (id(table), placement)
     copy = _device_tables.get(key)
     if copy is None:
-        copy = _device_tables[key] = jax.device_put(table, device)
+        # Committed to the operands' device only where they are (an uncommitted result stays free
+        # to move, as it would be without the copies).
+        device, committed = placement
+        copy = _device_tables[key] = jax.device_put(table, device) if committed else jax.device_put(table)
         weakref.finalize(table, _device_tables.pop, key, None)
     return copy
 
 
-def _the_device(a, b):
-    """The one device both operands live on, or None (host data, sharded or split operands)."""
-    devices = set()
+def _placement(a, b):
+    """(device, committed) of operands that live on one device, or None (host data, sharded or
+    split operands)."""
+    devices, committed = set(), False
     for operand in (a, b):
         sharding = getattr(operand, "sharding", None)
         if sharding is None or len(sharding.device_set) != 1:
             return None
         devices |= sharding.device_set
-    return devices.pop() if len(devices) == 1 else None
+        committed = committed or bool(getattr(operand, "committed", True))
+    return (devices.pop(), committed) if len(devices) == 1 else None
 
 
 def _eager_impl(prim):
@@ -257,9 +262,9 @@ def _eager_impl(prim):
         return jax.jit(lambda *operands: prim.bind(*operands, **params))
 
     def call(a, b, *tables, **params):
-        device = _the_device(a, b)
-        if device is not None:
-            tables = [_on_device(t, device) if isinstance(t, np.ndarray) and not t.flags.writeable else t
+        placement = _placement(a, b)
+        if placement is not None:
+            tables = [_on_device(t, placement) if isinstance(t, np.ndarray) and not t.flags.writeable else t
                       for t in tables]
         return compiled(**params)(a, b, *tables)
     return call
