@@ -190,3 +190,11 @@ def test_sampling_fills_every_pixel():
     levels = (samples + 1) * 127.5
     np.testing.assert_allclose(levels, np.round(levels), atol=1e-3)
     assert len(np.unique(samples)) > 4
+
+
+def test_sample_names_bad_sizes_and_dtypes():
+    model = PixelCNNPP(16, resnets=1, mixtures=1, block_size=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="num_images must be a positive int"):
+        model.sample(jax.random.key(0), -1, 2, 2)
+    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+        model.sample(jax.random.key(0), 1, 2, 2, dtype=jnp.int32)

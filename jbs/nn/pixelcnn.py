@@ -62,6 +62,11 @@ def _apply(layer, x, init: bool, init_scale: float = 1.0):
     return layer.data_dependent_init(x, init_scale) if init else layer(x)
 
 
+def _check_positive_int(name, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 class _LayerFactory:
     """Block-sparse, weight-normalised convolutions of one model, each with its own layout
     (``layout_fn(input blocks, output blocks, seed)`` with seeds 0, 1, ...)."""
@@ -130,8 +135,7 @@ class PixelCNNPP(nnx.Module):
                  block_size: int = 32, density: float = 1.0, layout_fn=None, dropout: float = 0.5,
                  dtype=None, param_dtype=jnp.float32, precision=None, rngs: nnx.Rngs):
         for name, value in (("features", features), ("resnets", resnets), ("mixtures", mixtures)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            _check_positive_int(name, value)
         block_size = validation.check_block_size(block_size)
         if features % block_size:
             raise ValueError(f"features={features} must be a multiple of block_size={block_size}")
@@ -202,8 +206,7 @@ class PixelCNNPP(nnx.Module):
             return jax.lax.dynamic_update_slice(images, pixel[:, None, None], (0, row, col, 0))
 
         for name, value in (("num_images", num_images), ("height", height), ("width", width)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {value!r}")
+            _check_positive_int(name, value)
         if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
             raise TypeError(f"dtype must be a floating dtype (pixels in [-1, 1]); got {jnp.dtype(dtype)}")
         images = jnp.zeros((num_images, height, width, 3), dtype)
