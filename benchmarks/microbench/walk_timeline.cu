@@ -11,8 +11,11 @@
 //      warp's first data (the ramp), the spread of the warps' ends (the tail the fast SMs wait
 //      through) and the span; the ramp split at the warp's items in hand and its return from
 //      griddep_wait. Built with -DJBS_WALK_PREFETCH_TENSORMAP as well, the walk prefetches its
-//      TMA descriptors first: compare the two builds' ramps and op times.
-// Output: one markdown row per density.
+//      TMA descriptors first: compare the two builds' ramps and op times (session 67: level);
+//   3. the same launch's sum kernel, per output column: when griddep_wait releases it after the
+//      walk, when a cut column's pieces are in and its stores issued (what the ~4.5-5 us of the
+//      op beyond the walk's span is made of: benchmarks/NOTES.md, session 67).
+// Output: one markdown row per density in each of two tables (the walk; its sum kernel).
 //
 // Build and run on the GPU machine (densities as denominators, default 2 4 8 16):
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
@@ -26,6 +29,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "matmul/bsmm_launch.cuh"
@@ -140,6 +144,8 @@ static double percentile(std::vector<double> v, double q) {
 }
 
 static double g_copy_bytes_per_us = 0;
+// The sum kernel's rows (table 2), printed after table 1.
+static std::vector<std::string> g_sum_rows;
 
 static void run(int denominator, cudaStream_t stream, int sms) {
   const Layout l = random_layout(1.0 / denominator, 1234 + denominator);
@@ -196,15 +202,24 @@ static void run(int denominator, cudaStream_t stream, int sms) {
   CHECK(cudaMalloc(&times, warps_max * jbs::kWalkStamps * sizeof(unsigned long long)));
   CHECK(cudaMemset(times, 0, warps_max * jbs::kWalkStamps * sizeof(unsigned long long)));
   CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &times, sizeof(times)));
+  const size_t sum_stamps = size_t(kBlocks) * jbs::kSumStamps;
+  unsigned long long* sum_times = nullptr;
+  CHECK(cudaMalloc(&sum_times, sum_stamps * sizeof(unsigned long long)));
+  CHECK(cudaMemcpyToSymbol(jbs::g_sum_times, &sum_times, sizeof(sum_times)));
   op(0);
   CHECK(cudaStreamSynchronize(stream));
   CHECK(cudaMemset(times, 0, warps_max * jbs::kWalkStamps * sizeof(unsigned long long)));
+  CHECK(cudaMemset(sum_times, 0, sum_stamps * sizeof(unsigned long long)));
   op(1);
   CHECK(cudaStreamSynchronize(stream));
   unsigned long long* none = nullptr;
   CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &none, sizeof(none)));
+  CHECK(cudaMemcpyToSymbol(jbs::g_sum_times, &none, sizeof(none)));
   std::vector<unsigned long long> t(warps_max * jbs::kWalkStamps);
   CHECK(cudaMemcpy(t.data(), times, t.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  std::vector<unsigned long long> st(sum_stamps);
+  CHECK(cudaMemcpy(st.data(), sum_times, st.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(sum_times));
 
   constexpr int K = jbs::kWalkStamps;
   unsigned long long t0 = ~0ull;
@@ -232,6 +247,36 @@ static void run(int denominator, cudaStream_t stream, int sms) {
               percentile(ends, 0.0), percentile(ends, 0.1), percentile(ends, 0.5), percentile(ends, 0.9), span,
               op_us - span);
   std::fflush(stdout);
+
+  // The sum kernel of the same launch, per output block column (its warp), from the walk's t0:
+  // when its CTAs started (launched early, beside the walk), when griddep_wait let them go (the
+  // walk grid complete and flushed), and, for the columns cut between warps, when their pieces
+  // were in and when their stores were issued.
+  std::vector<double> sum_starts, released, pieces_in, stored;
+  for (int c = 0; c < kBlocks; ++c) {
+    const unsigned long long* m = st.data() + jbs::kSumStamps * c;
+    if (m[0] == 0) continue;
+    sum_starts.push_back((static_cast<double>(m[0]) - t0) * 1e-3);
+    released.push_back((static_cast<double>(m[1]) - t0) * 1e-3);
+    if (m[2] != 0) {
+      pieces_in.push_back((static_cast<double>(m[2]) - t0) * 1e-3);
+      stored.push_back((static_cast<double>(m[3]) - t0) * 1e-3);
+    }
+  }
+  char row[512];
+  if (released.empty()) {
+    std::snprintf(row, sizeof(row), "| 1/%d | no sum kernel stamps |", denominator);
+  } else {
+    const double last_store = stored.empty() ? percentile(released, 1.0) : percentile(stored, 1.0);
+    std::snprintf(row, sizeof(row),
+                  "| 1/%d | %.1f | %.2f / %.2f / %.2f | %zu / %zu | %.2f / %.2f | %.2f / %.2f | %.2f | %.2f | %.1f |",
+                  denominator, span, percentile(sum_starts, 0.5), percentile(sum_starts, 1.0),
+                  percentile(released, 0.0), released.size(), pieces_in.size(),
+                  pieces_in.empty() ? 0.0 : percentile(pieces_in, 0.5), pieces_in.empty() ? 0.0 : percentile(pieces_in, 1.0),
+                  stored.empty() ? 0.0 : percentile(stored, 0.5), last_store, percentile(released, 0.0) - span,
+                  last_store - span, op_us - last_store);
+  }
+  g_sum_rows.push_back(row);
   for (T* p : w) CHECK(cudaFree(p));
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));
@@ -275,5 +320,11 @@ int main(int argc, char** argv) {
   for (int d : denominators) run(d, stream, prop.multiProcessorCount);
   std::printf("\nTimes in us from the walk's first warp start (one launch, %%globaltimer). 'op us': one op "
               "of a graph of back-to-back ops over rotated weight copies (the walk and its sum kernel).\n");
+  std::printf("\nThe sum kernel of the same launch (one warp per output block column; times from the walk's "
+              "first warp start):\n\n");
+  std::printf("| density | walk span | sum warps' start p50 / max / released min | columns / cut | cut: pieces "
+              "in p50 / max | cut: stores issued p50 / max | released - span | last store - span | op - last "
+              "store |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& row : g_sum_rows) std::printf("%s\n", row.c_str());
   return 0;
 }

@@ -122,6 +122,10 @@ struct StreamEvenParams {
 // microbenchmark's alone) prefetches the TMA descriptors first: is the ramp waiting for them?
 constexpr int kWalkStamps = 8;
 __device__ unsigned long long* g_walk_times = nullptr;
+// The sum kernel's, per output block column c (one warp each): {start, past griddep_wait, the
+// pieces loaded and added (0 for a column not cut), end}, where g_sum_times points.
+constexpr int kSumStamps = 4;
+__device__ unsigned long long* g_sum_times = nullptr;
 
 __device__ __forceinline__ unsigned long long walk_clock_ns() {
   unsigned long long t;
@@ -522,7 +526,15 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
   // Launched early behind the walk (launch_even_split): the pieces are the
   // walk's. Every CTA waits, even one with nothing to sum, so that this
   // kernel's completion implies the walk's for whatever the stream runs next.
+#ifdef JBS_WALK_TIMES
+  unsigned long long* const stamps =
+      g_sum_times != nullptr && in_range && lane == 0 && blockIdx.y == 0 ? g_sum_times + kSumStamps * c : nullptr;
+  if (stamps != nullptr) stamps[0] = walk_clock_ns();
+#endif
   griddep_wait();
+#ifdef JBS_WALK_TIMES
+  if (stamps != nullptr) stamps[1] = stamps[3] = walk_clock_ns();
+#endif
   if (col_begin == col_end) return;
   const int64_t W = p.num_warps;
   const int64_t nnz = p.num_items;
@@ -568,8 +580,14 @@ __global__ void __launch_bounds__(128) bsmm_stream_even_sum_kernel(const StreamE
       }
     }
   }
+#ifdef JBS_WALK_TIMES
+  if (stamps != nullptr) stamps[2] = walk_clock_ns();
+#endif
   store_fragments<T, kMT, kNT, HALVES>(static_cast<T*>(p.out) + g * p.out_group_stride + static_cast<int64_t>(c) * BS,
                                        p.out_cols, static_cast<int>(p.rows), sum, lane);
+#ifdef JBS_WALK_TIMES
+  if (stamps != nullptr) stamps[3] = walk_clock_ns();  // the stores issued, not landed
+#endif
 }
 
 }  // namespace jbs
