@@ -38,12 +38,6 @@ def _check_shape(shape, expected):
         raise ValueError(f"init shape must end in the packed weight shape {expected}; got {tuple(shape)}")
 
 
-def _check_dtype(dtype):
-    """Weights are floats: drawn into an integer dtype they would round to zeros."""
-    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
-        raise TypeError(f"dtype must be a floating dtype for weights; got {jnp.dtype(dtype)}")
-
-
 def _check_scale(scale, *, positive: bool):
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"scale must be a real number; got {scale!r}")
@@ -99,7 +93,7 @@ def per_block_column(init, layout, block_size: int):
 
     def packed_init(key, shape=expected, dtype=jnp.float32):
         _check_shape(shape, expected)
-        _check_dtype(dtype)
+        validation.check_floating_dtype("dtype", dtype, " for weights")
         taps = tuple(shape[:-3])
         parts = []
         rebox = [lambda array: array]  # the wrapper of the initialiser's results, if any
@@ -143,7 +137,7 @@ def variance_scaling(layout, block_size: int, scale: float = 1.0,
 
     def init(key, shape=expected, dtype=jnp.float32):
         _check_shape(shape, expected)
-        _check_dtype(dtype)
+        validation.check_floating_dtype("dtype", dtype, " for weights")
         taps = int(np.prod(shape[:-3]))  # filter taps of a conv kernel also feed each output
         if distribution == "truncated_normal":
             # std of a unit normal truncated to [-2, 2]
@@ -192,7 +186,7 @@ def identity(layout, block_size: int, scale: float = 1.0, tap=None, *, gates: in
     def init(key=None, shape=expected, dtype=jnp.float32):
         del key
         _check_shape(shape, expected)
-        _check_dtype(dtype)
+        validation.check_floating_dtype("dtype", dtype, " for weights")
         kernel = np.zeros(shape, np.float32)
         centre = tuple(size // 2 for size in shape[:-3]) if tap is None else tuple(tap)
         if len(centre) != len(shape) - 3 or not all(0 <= t < size for t, size in zip(centre, shape[:-3])):

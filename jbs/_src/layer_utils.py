@@ -25,12 +25,6 @@ def check_compute_dtype(inputs, param_dtype) -> None:
                         f"pass dtype= one of them")
 
 
-def check_param_dtype(param_dtype) -> None:
-    """Parameters are floats: an integer param_dtype would round every drawn weight to zero."""
-    if not jnp.issubdtype(jnp.dtype(param_dtype), jnp.floating):
-        raise TypeError(f"param_dtype must be a floating dtype; got {jnp.dtype(param_dtype)}")
-
-
 def make_op(in_features: int, out_features: int, layout, block_size: int, precision, *,
             names=("in_features", "out_features")) -> BlockSparseMatMul:
     """The matmul op of a layer, checking that the layout covers (in_features, out_features);

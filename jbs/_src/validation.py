@@ -80,6 +80,14 @@ def check_float_dtype(name: str, dtype) -> jnp.dtype:
     return dtype
 
 
+def check_floating_dtype(name: str, dtype, why: str = "") -> None:
+    """A dtype argument (param_dtype, an initialiser's or a sampler's dtype) that must be a float:
+    values drawn or rounded into an integer dtype would come out as zeros. ``why`` follows the
+    name in the message."""
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(f"{name} must be a floating dtype{why}; got {jnp.dtype(dtype)}")
+
+
 def check_weight_dtype(name: str, dtype) -> None:
     """Weights may be any float dtype (they are cast to the input's dtype), never integers."""
     if not jnp.issubdtype(dtype, jnp.floating):

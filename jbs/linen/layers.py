@@ -21,7 +21,7 @@ LINEN_NAMES = ("the inputs' features", "features")
 def _apply(module: nn.Module, matmul, op, inputs, edges=None):
     """Creates the layer's parameters (kernel, scale, bias) in ``module`` and applies ``op``:
     shared by the dense and conv layers, which differ only in the op and the kernel shape."""
-    layer_utils.check_param_dtype(module.param_dtype)
+    validation.check_floating_dtype("param_dtype", module.param_dtype)
     init = layer_utils.resolve_kernel_init(module.kernel_init, matmul, conv=op, edges=edges)
     kernel = module.param("kernel", init, op.w_shape, module.param_dtype)
     if module.weight_norm:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.nnx.nn import dtypes
 
-from jbs._src import layer_utils
+from jbs._src import layer_utils, validation
 
 default_bias_init = nnx.initializers.zeros_init()
 
@@ -25,7 +25,7 @@ class _BlockSparseLayer(nnx.Module):
                      edges=None):
         self.out_features = out_features
         self.use_bias, self.dtype, self.param_dtype, self.weight_norm = use_bias, dtype, param_dtype, weight_norm
-        layer_utils.check_param_dtype(param_dtype)
+        validation.check_floating_dtype("param_dtype", param_dtype)
         init = layer_utils.resolve_kernel_init(kernel_init, self.matmul, conv=self.op, edges=edges)
         self.kernel = nnx.Param(init(rngs.params(), self.op.w_shape, param_dtype), **kernel_metadata)
         self.bias = (nnx.Param(bias_init(rngs.params(), (out_features,), param_dtype), **bias_metadata) if use_bias

@@ -207,8 +207,7 @@ class PixelCNNPP(nnx.Module):
 
         for name, value in (("num_images", num_images), ("height", height), ("width", width)):
             _check_positive_int(name, value)
-        if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
-            raise TypeError(f"dtype must be a floating dtype (pixels in [-1, 1]); got {jnp.dtype(dtype)}")
+        validation.check_floating_dtype("dtype", dtype, " (pixels in [-1, 1])")
         images = jnp.zeros((num_images, height, width, 3), dtype)
         for index, pixel_key in enumerate(jax.random.split(key, height * width)):
             images = next_pixel(self, images, pixel_key, *divmod(index, width))
