@@ -2,8 +2,8 @@
 # The small-N forward's time split two ways, in one device call (benchmarks/NOTES.md,
 # sessions 63-66), for the bf16 bs 32 announcement shape:
 #   1. per warp of one launch of the even walk: ramp (split at the items in hand and griddep_wait),
-#      tail, span, and the op's time beyond the span (benchmarks/microbench/walk_timeline.cu, jbs's
-#      own launcher, built here as jbs builds it and with the TMA descriptors prefetched);
+#      tail, span, and the op's time beyond the span; and the same launch's sum kernel per output
+#      column (benchmarks/microbench/walk_timeline.cu, jbs's own launcher, built here);
 #   2. per op: each kernel's median start and end within its op, and the ops' period
 #      (scripts/profile_kernels.py through CUPTI; needs jbs built: scripts/gpu_check.sh builds it).
 # Logs under $OUT (default ./gpu_out). DENSITIES (default "2 4 8") are denominators; 1/16 runs
@@ -14,15 +14,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$repo/gpu_out}
 mkdir -p "$out"
 export PYTHONPATH=$repo:$repo/scripts XLA_PYTHON_CLIENT_PREALLOCATE=false
-for variant in "" "-DJBS_WALK_PREFETCH_TENSORMAP"; do
-  # shellcheck disable=SC2086
-  nvcc -O3 -std=c++17 -I "$repo/cuda" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-    -DJBS_WALK_TIMES $variant -o /tmp/walk_timeline "$repo/benchmarks/microbench/walk_timeline.cu"
-  echo "walk time line ${variant:-(as built in jbs)}" | tee -a "$out/walk_timeline.md"
-  # shellcheck disable=SC2086
-  /tmp/walk_timeline ${DENSITIES:-2 4 8} | tee -a "$out/walk_timeline.md"
-  JBS_STREAM_EVEN=1 /tmp/walk_timeline 16 | grep '^| 1/16' | tee -a "$out/walk_timeline.md"
-done
+nvcc -O3 -std=c++17 -I "$repo/cuda" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+  -DJBS_WALK_TIMES -o /tmp/walk_timeline "$repo/benchmarks/microbench/walk_timeline.cu"
+# shellcheck disable=SC2086
+/tmp/walk_timeline ${DENSITIES:-2 4 8} | tee "$out/walk_timeline.md"
+# (1/16 as its own run, both of its tables whole)
+echo "1/16, the walk forced (JBS_STREAM_EVEN=1):" | tee -a "$out/walk_timeline.md"
+JBS_STREAM_EVEN=1 /tmp/walk_timeline 16 | tee -a "$out/walk_timeline.md"
 [ "${OP_TIMELINE:-1}" = 1 ] || exit 0
 cd /tmp
 python3 -P "$repo/scripts/profile_kernels.py" --no-l2 --densities 2,4,8,16 --ops forward,dx 2>&1 \

@@ -10,8 +10,8 @@
 //      (bsmm_stream_even_kernel.cuh; compiled in only here): the first warp's start to each
 //      warp's first data (the ramp), the spread of the warps' ends (the tail the fast SMs wait
 //      through) and the span; the ramp split at the warp's items in hand and its return from
-//      griddep_wait. Built with -DJBS_WALK_PREFETCH_TENSORMAP as well, the walk prefetches its
-//      TMA descriptors first: compare the two builds' ramps and op times (session 67: level);
+//      griddep_wait (session 67: the loads go out by ~0.5 us; prefetching the TMA descriptors,
+//      tried then, changed nothing);
 //   3. the same launch's sum kernel, per output column: when griddep_wait releases it after the
 //      walk, when a cut column's pieces are in and its stores issued (what the ~4.5-5 us of the
 //      op beyond the walk's span is made of: benchmarks/NOTES.md, session 67).

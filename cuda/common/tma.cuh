@@ -19,14 +19,6 @@
 
 namespace jbs {
 
-// Starts fetching `map` (a __grid_constant__ kernel parameter) into the TMA unit's descriptor
-// cache, so that the first box's load does not wait for it.
-__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
-#ifdef JBS_MBARRIER_AVAILABLE
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-#endif
-}
-
 // The box at coordinates (c0 innermost .. c4) of `map` (a __grid_constant__ kernel
 // parameter) into dst (128-byte aligned), counted on bar's transaction bytes.
 __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,

@@ -118,8 +118,8 @@ struct StreamEvenParams {
 // Per-warp time stamps of the walk, for benchmarks/microbench/walk_timeline.cu only (jbs's own
 // build never defines JBS_WALK_TIMES): {start, first data, end, SM id, items in hand, past
 // griddep_wait, -, -} per warp of the grid (kWalkStamps slots), %globaltimer nanoseconds,
-// written where this points (null: nothing written). JBS_WALK_PREFETCH_TENSORMAP (also the
-// microbenchmark's alone) prefetches the TMA descriptors first: is the ramp waiting for them?
+// written where this points (null: nothing written). (Prefetching the TMA descriptors first
+// left the ramp as it was: benchmarks/NOTES.md, session 67.)
 constexpr int kWalkStamps = 8;
 __device__ unsigned long long* g_walk_times = nullptr;
 // The sum kernel's, per output block column c (one warp each): {start, past griddep_wait, the
@@ -297,14 +297,6 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
 #ifdef JBS_WALK_TIMES
   const unsigned long long walk_start = walk_clock_ns();
   unsigned long long walk_first_data = 0, walk_items = 0, walk_dependency = 0;
-#endif
-#ifdef JBS_WALK_PREFETCH_TENSORMAP
-  if constexpr (SWIZZLED) {
-    if (lane == 0) {
-      prefetch_tensormap(&p.w_map);
-      prefetch_tensormap(&p.in_map);
-    }
-  }
 #endif
   // The sum kernel behind this walk may become resident now and wait there
   // (launch_even_split): its launch gap then overlaps the walk.
