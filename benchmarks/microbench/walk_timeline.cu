@@ -14,8 +14,12 @@
 //      tried then, changed nothing);
 //   3. the same launch's sum kernel, per output column: when griddep_wait releases it after the
 //      walk, when a cut column's pieces are in and its stores issued (what the ~4.5-5 us of the
-//      op beyond the walk's span is made of: benchmarks/NOTES.md, session 67).
-// Output: one markdown row per density in each of two tables (the walk; its sum kernel).
+//      op beyond the walk's span is made of: benchmarks/NOTES.md, session 67);
+//   4. the PACKED walk (bsmm_stream_even_kernel.cuh): whole columns packed into the CTAs longest
+//      first onto the least loaded (pack_columns), so that no sum kernel follows, timed against
+//      the even walk in the same graph harness (A / B / A / B), its outputs checked against the
+//      even walk's, and its span from the same stamps (benchmarks/NOTES.md, session 68).
+// Output: one markdown row per density in each of three tables (the walk; its sum kernel; packed).
 //
 // Build and run on the GPU machine (densities as denominators, default 2 4 8 16):
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
@@ -24,10 +28,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <queue>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,6 +94,53 @@ static Layout random_layout(double density, uint64_t seed) {
   return l;
 }
 
+// The packed walk's table (EvenPacking): the output columns with items, longest first (stable),
+// each onto the CTA with the fewest items so far (the lowest index on ties), then the segments
+// reordered CTA by CTA; columns without items go last, in no CTA's range.
+struct Packing {
+  std::vector<int> offsets, items, cta_items, columns;
+  double max_over_mean = 0;  // the most items of a CTA over the mean
+};
+
+static Packing pack_columns(const Layout& l, int ctas) {
+  auto count = [&](int c) { return l.offsets[c + 1] - l.offsets[c]; };
+  std::vector<int> order(kBlocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return count(a) > count(b); });
+  using Load = std::pair<int64_t, int>;  // (items, CTA)
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> least;
+  for (int b = 0; b < ctas; ++b) least.push({0, b});
+  std::vector<std::vector<int>> members(ctas);
+  std::vector<int> empty;
+  for (int c : order) {
+    if (count(c) == 0) {
+      empty.push_back(c);
+      continue;
+    }
+    Load top = least.top();
+    least.pop();
+    members[top.second].push_back(c);
+    least.push({top.first + count(c), top.second});
+  }
+  Packing p;
+  p.offsets.push_back(0);
+  p.cta_items.push_back(0);
+  auto append = [&](int c) {
+    p.columns.push_back(c);
+    p.items.insert(p.items.end(), l.items.begin() + 2 * l.offsets[c], l.items.begin() + 2 * l.offsets[c + 1]);
+    p.offsets.push_back(static_cast<int>(p.items.size() / 2));
+  };
+  int64_t most = 0;
+  for (int b = 0; b < ctas; ++b) {
+    for (int c : members[b]) append(c);
+    p.cta_items.push_back(p.offsets.back());
+    most = std::max<int64_t>(most, p.cta_items[b + 1] - p.cta_items[b]);
+  }
+  for (int c : empty) append(c);
+  p.max_over_mean = static_cast<double>(most) * ctas / static_cast<double>(l.nnz);
+  return p;
+}
+
 template <typename U>
 static U* upload(const std::vector<U>& v) {
   U* d = nullptr;
@@ -144,8 +197,50 @@ static double percentile(std::vector<double> v, double q) {
 }
 
 static double g_copy_bytes_per_us = 0;
-// The sum kernel's rows (table 2), printed after table 1.
-static std::vector<std::string> g_sum_rows;
+// The sum kernel's rows (table 2) and the packed walk's (table 3), printed after table 1.
+static std::vector<std::string> g_sum_rows, g_packed_rows;
+
+// One launch of `op` (after a warm one) with the walk's per-warp stamps: (warps_max, kWalkStamps).
+template <typename Op>
+static std::vector<unsigned long long> walk_stamps(Op op, int64_t warps_max, cudaStream_t stream) {
+  const size_t bytes = warps_max * jbs::kWalkStamps * sizeof(unsigned long long);
+  unsigned long long* times = nullptr;
+  CHECK(cudaMalloc(&times, bytes));
+  CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &times, sizeof(times)));
+  op(0);
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaMemset(times, 0, bytes));
+  op(1);
+  CHECK(cudaStreamSynchronize(stream));
+  unsigned long long* none = nullptr;
+  CHECK(cudaMemcpyToSymbol(jbs::g_walk_times, &none, sizeof(none)));
+  std::vector<unsigned long long> t(warps_max * jbs::kWalkStamps);
+  CHECK(cudaMemcpy(t.data(), times, bytes, cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(times));
+  return t;
+}
+
+// The warps' ends, in us from the first warp's start.
+static std::vector<double> walk_ends(const std::vector<unsigned long long>& t) {
+  constexpr int K = jbs::kWalkStamps;
+  unsigned long long t0 = ~0ull;
+  for (size_t i = 0; i < t.size() / K; ++i) {
+    if (t[K * i] != 0) t0 = std::min(t0, t[K * i]);
+  }
+  std::vector<double> ends;
+  for (size_t i = 0; i < t.size() / K; ++i) {
+    if (t[K * i] != 0) ends.push_back((t[K * i + 2] - t0) * 1e-3);
+  }
+  return ends;
+}
+
+static std::vector<float> download(const T* y, size_t count) {
+  std::vector<T> host(count);
+  CHECK(cudaMemcpy(host.data(), y, count * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<float> f(count);
+  for (size_t i = 0; i < count; ++i) f[i] = __bfloat162float(host[i]);
+  return f;
+}
 
 static void run(int denominator, cudaStream_t stream, int sms) {
   const Layout l = random_layout(1.0 / denominator, 1234 + denominator);
@@ -277,6 +372,49 @@ static void run(int denominator, cudaStream_t stream, int sms) {
                   last_store - span, op_us - last_store);
   }
   g_sum_rows.push_back(row);
+
+  // The packed walk: its outputs against the even walk's (both fp32 sums of the same products,
+  // grouped differently, then rounded to bf16), then A / B / A / B in the graph harness.
+  const Packing pk = pack_columns(l, sms);
+  int* pk_offsets = upload(pk.offsets);
+  int* pk_items = upload(pk.items);
+  int* pk_ctas = upload(pk.cta_items);
+  int* pk_columns = upload(pk.columns);
+  const jbs::EvenPacking packing{pk_offsets, pk_items, pk_ctas, pk_columns, sms};
+  auto packed_op = [&](int i) {
+    a.w = w[i % copies];
+    CHECK((jbs::launch_stream_even_variant<T, kBS, false, kN>(a, stream, &packing)));
+  };
+  const size_t y_count = size_t(kN) * kC;
+  CHECK(cudaMemset(y, 0xff, y_count * sizeof(T)));  // NaNs: an output left unwritten shows
+  op(0);
+  CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> y_even = download(y, y_count);
+  CHECK(cudaMemset(y, 0xff, y_count * sizeof(T)));
+  packed_op(0);
+  CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> y_packed = download(y, y_count);
+  double most = 0, diff = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < y_count; ++i) {
+    if (!(std::abs(y_packed[i]) < 1e30f)) ++bad;  // NaN or Inf: unwritten or wrong
+    most = std::max(most, double(std::abs(y_even[i])));
+    diff = std::max(diff, double(std::abs(y_packed[i] - y_even[i])));
+  }
+  const double even_a = graph_us(stream, calls, op), packed_a = graph_us(stream, calls, packed_op);
+  const double even_b = graph_us(stream, calls, op), packed_b = graph_us(stream, calls, packed_op);
+  const double even_us = std::min(even_a, even_b), packed_us = std::min(packed_a, packed_b);
+  const std::vector<double> pends = walk_ends(walk_stamps(packed_op, warps_max, stream));
+  std::snprintf(row, sizeof(row),
+                "| 1/%d | %.3f | %.1f / %.1f | %.1f / %.1f | %.3f | %.2f | %.1f / %.1f / %.1f | %.1f | %zu | %.2g |",
+                denominator, pk.max_over_mean, even_a, even_b, packed_a, packed_b, packed_us / even_us,
+                packed_us / floor_us, percentile(pends, 0.0), percentile(pends, 0.5), percentile(pends, 1.0),
+                packed_us - percentile(pends, 1.0), bad, most > 0 ? diff / most : diff);
+  g_packed_rows.push_back(row);
+  CHECK(cudaFree(pk_offsets));
+  CHECK(cudaFree(pk_items));
+  CHECK(cudaFree(pk_ctas));
+  CHECK(cudaFree(pk_columns));
   for (T* p : w) CHECK(cudaFree(p));
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));
@@ -326,5 +464,12 @@ int main(int argc, char** argv) {
               "in p50 / max | cut: stores issued p50 / max | released - span | last store - span | op - last "
               "store |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& row : g_sum_rows) std::printf("%s\n", row.c_str());
+  std::printf("\nThe packed walk (whole columns per CTA, no sum kernel) against the even walk, A / B / A / B "
+              "in the same harness; its outputs against the even walk's (max |diff| over max |y|; bf16 "
+              "rounding of differently grouped fp32 sums: ~1e-2 at most):\n\n");
+  std::printf("| density | CTA items max / mean | even op us | packed op us | packed / even | packed x floor | "
+              "packed end min / p50 / max | op - span | non-finite outputs | max diff / max y |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& row : g_packed_rows) std::printf("%s\n", row.c_str());
   return 0;
 }

@@ -112,6 +112,23 @@ struct StreamEvenParams {
   int w_group_rows;
   CUtensorMap in_map;
   CUtensorMap w_map;
+  // PACKED walks only (bsmm_stream_even_kernel): CTA b walks the items [cta_items[b],
+  // cta_items[b + 1]), whole segments, and segment s is output block column columns[s] (the
+  // table's segments are in the packing's order; see EvenPacking).
+  const int32_t* cta_items;  // (gridDim.x + 1,)
+  const int32_t* columns;    // (num_segments,)
+};
+
+// Whole output columns packed into the CTAs of a PACKED even walk, longest first onto the least
+// loaded CTA (built on the host from the layout): every column is summed inside one CTA, so the
+// walk needs no sum kernel. Its items and offsets are the op's table with the segments
+// reordered CTA by CTA (cta_items / columns as in StreamEvenParams).
+struct EvenPacking {
+  const int32_t* offsets;    // (num_segments + 1,) over the reordered segments
+  const int32_t* items;      // (nnz, 2) the reordered items
+  const int32_t* cta_items;  // (ctas + 1,)
+  const int32_t* columns;    // (num_segments,)
+  int ctas;
 };
 
 #ifdef JBS_WALK_TIMES
@@ -272,7 +289,12 @@ __device__ __forceinline__ int segment_of(const int* s_offsets, int num_segments
   return lo;
 }
 
-template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool SWIZZLED = false, bool DIRECT_TILES = false>
+// PACKED: the CTAs own whole columns (EvenPacking) and cut only their own items evenly over
+// their warps; a column cut between warps of the CTA is summed by its first warp after a CTA
+// barrier at the walk's end (its pieces through L2, as the sum kernel's), so no sum kernel
+// follows. Lead of benchmarks/NOTES.md, session 68.
+template <typename T, int BS, bool TRANS, int TN, bool PRECISE, bool SWIZZLED = false, bool DIRECT_TILES = false,
+          bool PACKED = false>
 __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, DIRECT_TILES>::kThreads)
     bsmm_stream_even_kernel(const __grid_constant__ StreamEvenParams p) {
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, DIRECT_TILES>;
@@ -288,19 +310,24 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   const int num_cols = p.num_segments;
   const int valid_rows = static_cast<int>(p.rows);  // 1..TN
   const int gw = blockIdx.x * NW + warp;
-  const bool active = gw < p.num_warps;  // warp-uniform
   const int64_t W = p.num_warps;
   const int64_t nnz = p.num_items;
-  const int base = static_cast<int>(nnz * gw / W);
-  const int end = active ? static_cast<int>(nnz * (gw + 1) / W) : base;
-  const int cnt = end - base;  // >= 1 for active warps since W <= nnz
+  // This warp's items [base, end): an equal share of all of them, or of its CTA's (PACKED).
+  const int64_t share_begin = PACKED ? __ldg(p.cta_items + blockIdx.x) : 0;
+  const int64_t share = PACKED ? __ldg(p.cta_items + blockIdx.x + 1) - share_begin : nnz;
+  const int64_t sharers = PACKED ? NW : W;
+  const int64_t sharer = PACKED ? warp : gw;
+  const int base = static_cast<int>(share_begin + share * sharer / sharers);
+  const int end = sharer < sharers ? static_cast<int>(share_begin + share * (sharer + 1) / sharers) : base;
+  const int cnt = end - base;  // >= 1 for the warps of an unpacked walk since W <= nnz
+  const bool active = cnt > 0;  // warp-uniform
 #ifdef JBS_WALK_TIMES
   const unsigned long long walk_start = walk_clock_ns();
   unsigned long long walk_first_data = 0, walk_items = 0, walk_dependency = 0;
 #endif
   // The sum kernel behind this walk may become resident now and wait there
-  // (launch_even_split): its launch gap then overlaps the walk.
-  griddep_launch_dependents();
+  // (launch_even_split): its launch gap then overlaps the walk. (A packed walk has none.)
+  if constexpr (!PACKED) griddep_launch_dependents();
 
   // Start streaming before anything else: the prologue needs only this warp's
   // own items and barriers, so the first stages' copies are in flight while
@@ -379,9 +406,11 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   __syncthreads();
 
   T* const out = static_cast<T*>(p.out) + g * p.out_group_stride;
-  auto store_column = [&](int o, const float (&v)[Cfg::kMT][Cfg::kNT][4]) {
-    store_fragments<T, Cfg::kMT, Cfg::kNT, Cfg::kHalves>(out + static_cast<int64_t>(o) * BS, p.out_cols, valid_rows,
-                                                         v, lane);
+  // Segment s's output block column (the packing reorders them).
+  auto column_of = [&](int s) { return PACKED ? __ldg(p.columns + s) : s; };
+  auto store_column = [&](int s, const float (&v)[Cfg::kMT][Cfg::kNT][4]) {
+    store_fragments<T, Cfg::kMT, Cfg::kNT, Cfg::kHalves>(out + static_cast<int64_t>(column_of(s)) * BS, p.out_cols,
+                                                         valid_rows, v, lane);
   };
 
   // Columns without items: zeros, spread over every warp of the grid.
@@ -392,7 +421,8 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
     }
   }
 
-  if (!active) return;  // no CTA-wide barrier below
+  // No CTA-wide barrier below, except a packed walk's at its end, which every warp reaches.
+  if (!PACKED && !active) return;
 
   const int first_col = segment_of(s_offsets, num_cols, base);
   int col = first_col;
@@ -476,7 +506,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   }
   cp_async_wait<0>();
 #ifdef JBS_WALK_TIMES
-  if (lane == 0 && g_walk_times != nullptr) {
+  if (lane == 0 && g_walk_times != nullptr && active) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     unsigned long long* mine = g_walk_times + kWalkStamps * (g * W + gw);
@@ -488,6 +518,39 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
     mine[5] = walk_dependency;
   }
 #endif
+  if constexpr (PACKED) {
+    // Every piece of this CTA's columns is stored (__syncthreads orders the CTA's global
+    // stores before its later loads). The first warp of each column cut between warps adds the
+    // column's pieces in warp order: its own (slot 2 gw + 1, or 2 gw if the column is also its
+    // first), then each later warp's first one (slot 2 q), as the sum kernel does.
+    __syncthreads();
+    if (!active) return;
+    const int last_col = col;  // the walk ended on it
+    const int last_end = s_offsets[last_col + 1];
+    if (last_end <= end || s_offsets[last_col] < base) return;  // not cut at this warp's end, or not first
+    float sum[Cfg::kMT][Cfg::kNT][4] = {};
+    const float* const cta_pieces = pieces + static_cast<int64_t>(2 * blockIdx.x * NW) * Cfg::kPieceFloats;
+    for (int q = warp; q < NW; ++q) {
+      const int q_base = static_cast<int>(share_begin + share * q / NW);
+      if (q_base >= last_end) break;
+      if (q > warp && static_cast<int>(share_begin + share * (q + 1) / NW) == q_base) continue;  // no items
+      const int slot = q > warp ? 2 * q : 2 * q + (last_col != first_col ? 1 : 0);
+      const float4* piece =
+          reinterpret_cast<const float4*>(cta_pieces + static_cast<int64_t>(slot) * Cfg::kPieceFloats);
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt) {
+          const float4 v = __ldcg(piece + (mt * Cfg::kNT + nt) * 32 + lane);
+          sum[mt][nt][0] += v.x;
+          sum[mt][nt][1] += v.y;
+          sum[mt][nt][2] += v.z;
+          sum[mt][nt][3] += v.w;
+        }
+      }
+    }
+    store_column(last_col, sum);
+  }
 }
 
 // Output columns cut between warps of bsmm_stream_even_kernel (P = 1) or of

@@ -257,6 +257,22 @@ int64_t stream_even_max_warps(const BsmmBlocksArgs& a, int64_t row_tile) {
   return room < 0 ? 0 : room / 4 / (a.groups * 2 * row_tile * a.block_size);
 }
 
+// The packed walk (bsmm_stream_even_kernel.cuh: PACKED, even_packing below) was built in session
+// 68 without a GPU and has not run yet, so it is taken only with JBS_STREAM_EVEN_PACKED=1 (read at
+// every launch, and by the lowering; benchmarks/NOTES.md, session 68: the measurement that
+// decides its default). With it, the swizzled walks take every call whose table came packed for
+// this GPU's SMs, whatever its bytes: with no sum kernel behind it, the walk is predicted to beat
+// the one-column kernel at low density too (a round of stages per warp instead of a chain per column).
+inline int stream_even_packed_env() { return env_switch("JBS_STREAM_EVEN_PACKED"); }
+
+// Whether the call came with a packing for this GPU that JBS_STREAM_EVEN_PACKED=1 asks for, and
+// the scratch has room for 8 warps' pieces per CTA (the most the walk has).
+template <typename T>
+bool packing_offered(const BsmmBlocksArgs& a) {
+  return a.packed != nullptr && a.packed_ctas == a.num_sms && stream_even_packed_env() == 1 &&
+         int64_t(8) * a.packed_ctas <= stream_even_max_warps<T>(a, stream_row_tile_host(a.rows));
+}
+
 template <typename T, int BS>
 bool use_stream_even(const BsmmBlocksArgs& a) {
   const int env = stream_even_env();
@@ -267,10 +283,11 @@ bool use_stream_even(const BsmmBlocksArgs& a) {
   }
   if (env == 1) return true;
   const int64_t bytes = a.nnz * BS * BS * int64_t(sizeof(T));
+  const bool packed = kStreamEvenSwizzleSupported<T, BS> && stream_even_swizzled<T>(BS) && packing_offered<T>(a);
   if constexpr (kIs16Bit<T>) {
-    return BS <= 32 && bytes >= kStreamEvenMinBytes;
+    return BS <= 32 && (bytes >= kStreamEvenMinBytes || packed);
   } else {
-    return BS == 32 && a.rows <= 32 && bytes >= kStreamEvenMinBytesF32 && stream_even_swizzled<T>(BS) &&
+    return BS == 32 && a.rows <= 32 && (bytes >= kStreamEvenMinBytesF32 || packed) && stream_even_swizzled<T>(BS) &&
            !use_stream_ws<T, BS>(a);
   }
 }
@@ -308,13 +325,34 @@ cudaError_t launch_even_split(const BsmmBlocksArgs& a, StreamEvenParams& p, int6
                    : launch_kernel(sum, sum_grid, dim3(128), 0, stream, p);
 }
 
+// Launches a PACKED even walk (bsmm_stream_even_kernel.cuh): one CTA per packed CTA, over the
+// packing's reordered table, and no sum kernel. The pieces start `pieces_offset` bytes into the
+// scratch, which must have `room` for the CTAs' warps. `walk_after`: as launch_even_split's.
+template <typename Cfg, typename Walk>
+cudaError_t launch_even_packed(const BsmmBlocksArgs& a, StreamEvenParams& p, const EvenPacking& packing,
+                               int64_t room, Walk walk, cudaStream_t stream, int64_t pieces_offset,
+                               bool walk_after = false) {
+  if (packing.ctas < 1 || static_cast<int64_t>(packing.ctas) * Cfg::kWarps > room) return cudaErrorInvalidValue;
+  p.offsets = packing.offsets;
+  p.items = packing.items;
+  p.cta_items = packing.cta_items;
+  p.columns = packing.columns;
+  p.num_items = static_cast<int>(a.nnz);
+  p.num_warps = packing.ctas * Cfg::kWarps;
+  p.pieces = reinterpret_cast<float*>(static_cast<unsigned char*>(a.scratch) + pieces_offset);
+  const dim3 grid(static_cast<unsigned>(packing.ctas), static_cast<unsigned>(a.groups));
+  return walk_after ? launch_kernel_after(walk, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p)
+                    : launch_kernel(walk, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+}
+
 // The swizzled walk: 16-bit types read their tiles straight from `in` (stream_even_direct_tiles);
 // otherwise the tile-major copy of `in` (TN rows per tile, zero-padded) goes into the start of
 // the scratch and the walk is launched early behind it; then the sums. False in *launched where
 // the tensor maps cannot be made (the caller takes the other walk).
+// With a `packing` the walk is PACKED.
 template <typename T, int BS, bool TRANS, int TN>
 cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParams& p, cudaStream_t stream,
-                                        bool* launched) {
+                                        bool* launched, const EvenPacking* packing = nullptr) {
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN, /*SWIZZLED=*/true>;
   *launched = false;
   const int64_t tiled_bytes = stream_even_tiled_bytes<T>(a, TN);
@@ -336,6 +374,13 @@ cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParam
                                     a.in_group_stride, TN, BS)) {
       p.in_group_rows = a.in_group_stride == 0 ? 0 : 1;  // the box's group coordinate per group
       *launched = true;
+      if (packing != nullptr) {
+        return launch_even_packed<StreamEvenConfig<T, BS, TRANS, TN, true, /*DIRECT_TILES=*/true>>(
+            a, p, *packing, stream_even_max_warps<T>(a, TN),
+            bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true, /*DIRECT_TILES=*/true,
+                                    /*PACKED=*/true>,
+            stream, tiled_bytes);
+      }
       return launch_even_split<StreamEvenConfig<T, BS, TRANS, TN, true, /*DIRECT_TILES=*/true>>(
           a, p, a.nnz, stream_even_max_warps<T>(a, TN),
           bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true, /*DIRECT_TILES=*/true>,
@@ -349,14 +394,54 @@ cudaError_t launch_stream_even_swizzled(const BsmmBlocksArgs& a, StreamEvenParam
   cudaError_t err = launch_tile_major<T>(static_cast<const T*>(a.in), tiled, input_groups(a), a.rows, a.in_cols, BS,
                                          a.num_sms, stream, TN, /*round_tf32=*/Cfg::kTf32Tiles);
   if (err != cudaSuccess) return err;
+  if (packing != nullptr) {
+    return launch_even_packed<Cfg>(
+        a, p, *packing, stream_even_max_warps<T>(a, TN),
+        bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true, /*DIRECT_TILES=*/false,
+                                /*PACKED=*/true>,
+        stream, tiled_bytes, /*walk_after=*/true);
+  }
   return launch_even_split<Cfg>(a, p, a.nnz, stream_even_max_warps<T>(a, TN),
                                 bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false, /*SWIZZLED=*/true>,
                                 bsmm_stream_even_sum_kernel<T, BS, TN, 1, 0, Cfg::kHalves>, /*early_sum=*/true, stream,
                                 tiled_bytes, /*walk_after=*/true);
 }
 
+// Whether the packed walk (bsmm_stream_even_kernel.cuh: PACKED) serves this call, and its
+// packing from the table the lowering passed (BsmmBlocksArgs::packed): the swizzled walks (its
+// only variants: 16-bit types, fp32 at bs 32), built for this GPU's SM count, and the scratch
+// has room for every warp's pieces (packing_offered, then the walk's own warps).
 template <typename T, int BS, bool TRANS, int TN>
-cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t stream) {
+bool even_packing(const BsmmBlocksArgs& a, EvenPacking* packing) {
+  if constexpr (!kStreamEvenSwizzleSupported<T, BS>) {
+    return false;
+  } else {
+    using Cfg = StreamEvenConfig<T, BS, TRANS, TN, /*SWIZZLED=*/true>;
+    if constexpr (kIs16Bit<T>) {
+      static_assert(Cfg::kWarps == StreamEvenConfig<T, BS, TRANS, TN, true, /*DIRECT_TILES=*/true>::kWarps,
+                    "the walk with its tiles straight from `in` has the same warps");
+    }
+    if (!packing_offered<T>(a) || !stream_even_swizzled<T>(BS) ||
+        static_cast<int64_t>(a.packed_ctas) * Cfg::kWarps > stream_even_max_warps<T>(a, TN)) {
+      return false;
+    }
+    const int64_t segments = a.out_cols / BS;
+    packing->items = a.packed;
+    packing->offsets = a.packed + 2 * a.nnz;
+    packing->columns = packing->offsets + segments + 1;
+    packing->cta_items = packing->columns + segments;
+    packing->ctas = a.packed_ctas;
+    return true;
+  }
+}
+
+// `packing`: the PACKED walk's (launch_stream_even_swizzled); by default the one even_packing
+// finds in the arguments, if any (benchmarks/microbench/walk_timeline.cu passes its own).
+template <typename T, int BS, bool TRANS, int TN>
+cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t stream,
+                                       const EvenPacking* packing = nullptr) {
+  EvenPacking found;
+  if (packing == nullptr && even_packing<T, BS, TRANS, TN>(a, &found)) packing = &found;
   using Cfg = StreamEvenConfig<T, BS, TRANS, TN>;
   const auto kernel = bsmm_stream_even_kernel<T, BS, TRANS, TN, /*PRECISE=*/false>;
   StreamEvenParams p{};
@@ -366,7 +451,7 @@ cudaError_t launch_stream_even_variant(const BsmmBlocksArgs& a, cudaStream_t str
   if constexpr (kStreamEvenSwizzleSupported<T, BS>) {
     if (stream_even_swizzled<T>(BS)) {
       bool launched = false;
-      cudaError_t err = launch_stream_even_swizzled<T, BS, TRANS, TN>(a, p, stream, &launched);
+      cudaError_t err = launch_stream_even_swizzled<T, BS, TRANS, TN>(a, p, stream, &launched, packing);
       if (launched || err != cudaSuccess) return err;
     }
   }
