@@ -8,6 +8,7 @@ import numpy as np
 import jax.numpy as jnp
 
 from jbs._src import dense_fallback
+from jbs._src import extension
 from jbs._src import lowering  # noqa: F401 - registers the primitives' lowerings
 from jbs._src import names
 from jbs._src import precision as precision_lib
@@ -49,7 +50,7 @@ class BlockSparseMatMul:
         self._layout = validation.as_layout(layout)
         self._block_size = validation.check_block_size(block_size)
         self._precision = precision_lib.normalize(precision)
-        self._tables = tables_for(self._layout, self._block_size)
+        self._tables = tables_for(self._layout, self._block_size, packed_ctas=extension.packed_walk_ctas())
         self._rows, self._cols = np.nonzero(self._layout)
         self._key = (self._layout.shape, self._layout.tobytes(), self._block_size, self._precision)
 

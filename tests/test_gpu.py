@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 import jbs
+from jbs._src import extension
 from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -429,6 +430,53 @@ def test_even_split_walk_swizzled_tiles_equal_row_major_ones(rng, monkeypatch, d
     assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype)
     np.testing.assert_array_equal(y, results["0"][0])
     np.testing.assert_array_equal(dx, results["0"][1])
+
+
+@pytest.mark.parametrize("dtype,bs,n", [(jnp.bfloat16, 32, 32), (jnp.bfloat16, 32, 7), (jnp.float16, 16, 20),
+                                        (jnp.bfloat16, 16, 1), (jnp.float16, 32, 64), (jnp.float32, 32, 32),
+                                        (jnp.float32, 32, 13)])
+def test_packed_even_walk_sums_whole_columns_in_its_ctas(rng, monkeypatch, dtype, bs, n):
+    """The packed even walk (bsmm_stream_even_kernel.cuh: PACKED; the swizzled walks: 16-bit
+    types with their tiles straight from the activation, fp32 at bs 32 from its tile-major copy):
+    each CTA walks whole output columns (tables.py: _packing, built for
+    this GPU's SMs as jax reports them; taken with JBS_STREAM_EVEN_PACKED=1), so no sum kernel
+    runs. fwd and dx against float64 and against the even cut (JBS_STREAM_EVEN_PACKED=0, whose
+    cut columns a second kernel sums), over a random layout with an empty row and column; bit
+    for bit on a repeat."""
+    from test_conv_gpu import kernel_names
+    for name in SMALL_N_SPLIT_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JBS_STREAM_EVEN", "1")
+    layout = jbs.layouts.random(400, 400, 0.05, seed=3)
+    layout[7, :] = False
+    layout[:, 11] = False
+    runtime = pytest.importorskip("cupy").cuda.runtime
+    sms = runtime.deviceGetAttribute(16, runtime.getDevice())  # cudaDevAttrMultiProcessorCount
+    assert extension.packed_walk_ctas() == sms  # jax reports the SMs as the kernels count them
+    bsmm = jbs.BlockSparseMatMul(layout, bs)
+    assert bsmm._tables.fwd_packed.size > 1 and bsmm._tables.dx_packed.size > 1
+    x = random_array(rng, (n, bsmm.shape[0]), dtype)
+    w = random_array(rng, bsmm.w_shape, dtype)
+    g = random_array(rng, (n, bsmm.shape[1]), dtype)
+    results, names = {}, {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("JBS_STREAM_EVEN_PACKED", setting)
+        # (a new function each time: jit's cache would replay the first setting's kernels)
+        run = jax.jit(lambda x, w, g: (bsmm(x, w), jax.vjp(bsmm, x, w)[1](g)[0]))
+        names[setting] = kernel_names(run, x, w, g)
+        results[setting] = [np.asarray(r) for r in run(x, w, g)]
+        if setting == "1":
+            again = [np.asarray(r) for r in run(x, w, g)]
+            assert all(np.array_equal(a, b) for a, b in zip(again, results[setting]))
+    assert any("bsmm_stream_even_kernel" in name for name in names["1"]), names["1"]
+    assert not any("bsmm_stream_even_sum_kernel" in name for name in names["1"]), names["1"]
+    assert any("bsmm_stream_even_sum_kernel" in name for name in names["0"]), names["0"]
+    W = dense_f64(bsmm, w)
+    for y, dx in results.values():
+        assert rel_error(y, f64(x) @ W) < tolerance(dtype)
+        assert rel_error(dx, f64(g) @ W.T) < tolerance(dtype)
+        assert not np.any(np.asarray(y, np.float32)[:, 11 * bs:12 * bs])
+        assert not np.any(np.asarray(dx, np.float32)[:, 7 * bs:8 * bs])
 
 
 @pytest.mark.parametrize("dtype,bs,columns,density", [(jnp.bfloat16, 32, 32, 0.6), (jnp.bfloat16, 32, 128, 0.95),

@@ -70,6 +70,60 @@ def test_tables_describe_the_layout(rng):
     np.testing.assert_array_equal(t.dw_items, np.stack([rows, cols], 1))
 
 
+def _unpack_packing(packed, nnz, segments):
+    """The parts of a _packing table: items, offsets, columns, CTAs' first items."""
+    items = packed[:2 * nnz].reshape(-1, 2)
+    offsets = packed[2 * nnz:2 * nnz + segments + 1]
+    columns = packed[2 * nnz + segments + 1:2 * nnz + 2 * segments + 1]
+    cta_items = packed[2 * nnz + 2 * segments + 1:]
+    return items, offsets, columns, cta_items
+
+
+@pytest.mark.parametrize("ctas", [132, 114, 17])
+def test_packed_walk_tables_give_each_cta_whole_columns(rng, ctas):
+    """The packed small-N walk's tables (tables.py: _packing), for fwd and dx: the op's segments
+    reordered CTA by CTA, each with its own items, every segment once, the CTAs' ranges on segment
+    boundaries and covering every item, segments without items after them, and no CTA more
+    weight bytes above the mean than an SM streams in 1.5 us (~30 KB / us); the length gives the
+    CTA count."""
+    layout = jbs.layouts.random(400, 400, 0.05, seed=3)
+    layout[7, :] = False
+    layout[:, 11] = False
+    t = build_tables(layout, packed_ctas=ctas)
+    nnz = int(layout.sum())
+    for offsets, items, packed in ((t.fwd_offsets, t.fwd_items, t.fwd_packed), (t.dx_offsets, t.dx_items, t.dx_packed)):
+        segments = offsets.size - 1
+        assert packed.dtype == np.int32 and packed.size == 2 * nnz + 2 * segments + ctas + 2
+        new_items, new_offsets, columns, cta_items = _unpack_packing(packed, nnz, segments)
+        assert sorted(columns) == list(range(segments))
+        for s in range(segments):
+            np.testing.assert_array_equal(new_items[new_offsets[s]:new_offsets[s + 1]],
+                                          items[offsets[columns[s]]:offsets[columns[s] + 1]])
+        assert cta_items[0] == 0 and cta_items[-1] == nnz and np.all(np.diff(cta_items) >= 0)
+        assert set(cta_items) <= set(new_offsets)  # whole segments per CTA
+        assert np.all(np.diff(new_offsets)[np.searchsorted(new_offsets, nnz, side="right") - 1:] == 0)
+        assert (np.diff(cta_items).max() - nnz / ctas) * 2 * 32**2 <= 1.5 * 30e3
+
+
+def test_packed_walk_tables_are_empty_where_the_walk_would_not_pay(rng):
+    """No packing without a CTA count (no GPU), for a layout with a power-law hub (one column
+    holds every block row: its CTA would be far above the mean), where a CTA's excess items cost
+    more at a larger block size (~3 columns per CTA at 132 CTAs: ~9 items of 8 KiB at bs 64),
+    with more segments than the walk's shared memory holds, or for a convolution (its tables
+    never reach the walk)."""
+    layout = jbs.layouts.random(400, 400, 0.05, seed=3)
+    assert build_tables(layout).fwd_packed.size == 1
+    hub = layout.copy()
+    hub[:, 5] = True
+    assert build_tables(hub, packed_ctas=132).fwd_packed.size == 1
+    assert build_tables(hub, packed_ctas=132).dx_packed.size > 1  # its rows stay balanced
+    assert build_tables(layout, packed_ctas=132, block_size=64).fwd_packed.size == 1
+    assert build_tables(np.ones((2, 4097), bool), packed_ctas=4).fwd_packed.size == 1
+    assert build_conv_tables(layout, 4).fwd_packed.size == 1
+    assert tables_for(layout, 32, packed_ctas=132).fwd_packed.size > 1
+    assert tables_for(layout, 32).fwd_packed.size == 1
+
+
 @pytest.mark.parametrize("density", [1.0, 0.4, 0.1])
 @pytest.mark.parametrize("width", [4, 8])  # bs 32 and 16: groups of 2 and 4 blocks
 def test_dw_row_groups_hold_blocks_of_one_row(rng, density, width):

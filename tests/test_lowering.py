@@ -52,7 +52,7 @@ def custom_call(text, target):
     return lines[0]
 
 
-@pytest.mark.parametrize("target,operands", [("jbs_bsmm_fwd", 14), ("jbs_bsmm_dx", 14), ("jbs_bsmm_dw", 5)])
+@pytest.mark.parametrize("target,operands", [("jbs_bsmm_fwd", 15), ("jbs_bsmm_dx", 15), ("jbs_bsmm_dw", 5)])
 def test_each_primitive_lowers_to_its_custom_call(cuda_text, target, operands):
     line = custom_call(cuda_text, target)
     args = re.search(rf"@{target}\(([^)]*)\)", line).group(1)
@@ -449,6 +449,26 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
                                                 in_groups, in_cols) == 0
     monkeypatch.setenv("JBS_STREAM_EVEN_SWIZZLE", "0")  # the walk with row-major tiles: no copy
     assert size(29, 5000) == (2 * 2 * 1280 * 32 * block_size if room else 0)
+
+
+@pytest.mark.parametrize("itemsize,block_size,rows,setting,room", [
+    (2, 32, 32, "1", True), (2, 16, 7, "1", True), (4, 32, 32, "1", True), (4, 32, 33, "1", False),
+    (2, 64, 32, "1", False), (4, 16, 32, "1", False), (2, 32, 32, "", False), (2, 32, 32, "0", False)])
+def test_small_n_scratch_reserves_the_packed_walks_pieces_at_any_size(monkeypatch, itemsize, block_size, rows,
+                                                                      setting, room):
+    """With JBS_STREAM_EVEN_PACKED=1 a table that came packed (tables._packing) takes the
+    even-split walk's scratch whatever its bytes (1000 blocks here), where the walk has a packed
+    variant: 16-bit types at bs 16 and 32, fp32 at bs 32 and up to 32 rows; an unpacked table, or
+    the packing not asked for, keeps the rule by bytes (none here)."""
+    monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
+    monkeypatch.delenv("JBS_STREAM_EVEN_SWIZZLE", raising=False)
+    monkeypatch.setenv("JBS_STREAM_EVEN_PACKED", setting)
+    size = lambda packed: lowering._stream_even_scratch_floats(1, rows, itemsize, block_size, 40, 1000, 0, 1,
+                                                               40 * block_size, packed=packed)
+    row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
+    tiled = -(-40 * block_size * row_tile * itemsize // 256) * 256 // 4
+    assert size(True) == (tiled + 2 * 1000 * row_tile * block_size if room else 0)
+    assert size(False) == 0
 
 
 @pytest.mark.parametrize("itemsize,block_size,nnz,room", [

@@ -37,8 +37,8 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
                        const ffi::AnyBuffer& wide_offsets, const ffi::AnyBuffer& wide_items,
                        const ffi::AnyBuffer& wide_columns, const ffi::AnyBuffer& paired_offsets,
                        const ffi::AnyBuffer& paired_items, const ffi::AnyBuffer& paired_columns,
-                       ffi::AnyBuffer out, ffi::AnyBuffer scratch, int32_t block_size,
-                       int32_t precision) {
+                       const ffi::AnyBuffer& packed, ffi::AnyBuffer out, ffi::AnyBuffer scratch,
+                       int32_t block_size, int32_t precision) {
   const std::string in_name = transpose ? "operand dy" : "operand x";
   const std::string out_name = transpose ? "result dx" : "result y";
   const char* in_layout = transpose ? "(G or 1, N, K)" : "(G or 1, N, C)";
@@ -56,6 +56,7 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(nnz, 2)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand chunks", chunks, 2, "(num_chunks, 4)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand splits", splits, 2, "(n_split + 1, 2)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand packed", packed, 1, "(2 nnz + 2 out blocks + ctas + 2,) or (1,)"));
   JBS_RETURN_IF_ERROR(check_data(target, out_name, out, dt, 3, out_layout));
 
   const int64_t bs = block_size;
@@ -121,6 +122,15 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
     return invalid(target, "operand splits has shape " + shape_str(splits.dimensions()) +
                                ", expected (n_split + 1, 2) with n_split <= num_chunks");
   }
+  // The packing's CTAs follow from its length (tables.py: _packing); one element: no packing.
+  const int64_t packed_size = packed.dimensions()[0];
+  const int64_t packed_ctas = packed_size - 2 * nnz - 2 * out_blocks - 2;
+  const bool has_packing = packed_size > 1;
+  if (packed_size < 1 || (has_packing && (packed_ctas < 1 || packed_ctas > kMaxGridX))) {
+    return invalid(target, "operand packed has shape " + shape_str(packed.dimensions()) +
+                               ", expected (1,) or (2 nnz + 2 " + out_letter +
+                               "/bs + ctas + 2,) with ctas >= 1 for nnz = " + to_string(nnz));
+  }
   const int64_t need_scratch = stream_scratch_bytes(rows, groups, n_split, bs);
   if (static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
     return invalid(target, "result scratch has " + to_string(scratch.size_bytes()) +
@@ -155,6 +165,10 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   a.scratch = scratch.untyped_data();
   a.scratch_bytes = static_cast<int64_t>(scratch.size_bytes());
   a.num_sms = num_sms();
+  if (has_packing) {
+    a.packed = static_cast<const int32_t*>(packed.untyped_data());
+    a.packed_ctas = static_cast<int>(packed_ctas);
+  }
 
   return launch_blocks(target, dt, a, stream);
 }
@@ -165,12 +179,12 @@ ffi::Error BsmmFwdImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
                        ffi::AnyBuffer group_items, ffi::AnyBuffer wide_offsets,
                        ffi::AnyBuffer wide_items, ffi::AnyBuffer wide_columns,
                        ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
-                       ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::AnyBuffer paired_columns, ffi::AnyBuffer packed, ffi::Result<ffi::AnyBuffer> y,
                        ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
                        int32_t precision) {
   return bsmm_blocks("jbs_bsmm_fwd", /*transpose=*/false, stream, x, w, offsets, items,
                      chunks, splits, group_offsets, group_items, wide_offsets, wide_items, wide_columns,
-                     paired_offsets, paired_items, paired_columns, *y,
+                     paired_offsets, paired_items, paired_columns, packed, *y,
                      *scratch, block_size,
                      precision);
 }
@@ -181,12 +195,12 @@ ffi::Error BsmmDxImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
                        ffi::AnyBuffer group_items, ffi::AnyBuffer wide_offsets,
                        ffi::AnyBuffer wide_items, ffi::AnyBuffer wide_columns,
                        ffi::AnyBuffer paired_offsets, ffi::AnyBuffer paired_items,
-                       ffi::AnyBuffer paired_columns, ffi::Result<ffi::AnyBuffer> dx,
+                       ffi::AnyBuffer paired_columns, ffi::AnyBuffer packed, ffi::Result<ffi::AnyBuffer> dx,
                        ffi::Result<ffi::AnyBuffer> scratch, int32_t block_size,
                        int32_t precision) {
   return bsmm_blocks("jbs_bsmm_dx", /*transpose=*/true, stream, dy, w, offsets, items,
                      chunks, splits, group_offsets, group_items, wide_offsets, wide_items, wide_columns,
-                     paired_offsets, paired_items, paired_columns, *dx,
+                     paired_offsets, paired_items, paired_columns, packed, *dx,
                      *scratch, block_size,
                      precision);
 }
@@ -292,6 +306,7 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
       .Arg<ffi::AnyBuffer>() /* paired_offsets int32 (num_groups + 1) */                   \
       .Arg<ffi::AnyBuffer>() /* paired_items int32 (n, 1 + width) */                       \
       .Arg<ffi::AnyBuffer>() /* paired_columns int32 (num_groups * width) */               \
+      .Arg<ffi::AnyBuffer>() /* packed int32 (2 nnz + 2 out blocks + ctas + 2) or (1) */   \
       .Ret<ffi::AnyBuffer>() /* y or dx (G, N, K or C) */                                  \
       .Ret<ffi::AnyBuffer>() /* scratch float32 (small-N splits) */                        \
       .Attr<int32_t>("block_size")                                                         \

@@ -80,6 +80,12 @@ struct BsmmBlocksArgs {
   const int32_t* paired_items = nullptr;
   const int32_t* paired_columns = nullptr;
   int64_t num_paired_items = 0;
+  // Whole output columns packed into `packed_ctas` CTAs for the packed small-N walk (tables.py:
+  // _packing; bsmm_stream_even_kernel.cuh: EvenPacking): the reordered items (2 nnz), their
+  // offsets (out blocks + 1), the reordered columns (out blocks), the CTAs' first items
+  // (packed_ctas + 1). nullptr: none.
+  const int32_t* packed = nullptr;
+  int packed_ctas = 0;
   // Convolution (implicit GEMM): `in` is an image batch read through `gather`;
   // rows are then the row space's pixels. The small-N path is not used.
   bool gathered = false;

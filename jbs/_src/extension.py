@@ -104,6 +104,21 @@ def _gpus() -> list:
         return []
 
 
+@functools.cache
+def packed_walk_ctas() -> int | None:
+    """The CTAs of the packed small-N walk (tables.py: _packing): the SM count of the first GPU
+    where the CUDA kernels run there, else None (no packing is built). The kernels take the
+    packing only on a GPU with that many SMs (cuda/matmul/launch_small_n.cuh: even_packing)."""
+    if load()[0] is None:
+        return None
+    gpus = [gpu for gpu in _gpus() if runs_kernels(gpu)]
+    try:  # jax's CUDA devices report their SMs as core_count
+        count = int(gpus[0].core_count) if gpus else 0
+    except Exception:  # noqa: BLE001 - no such attribute: no packing, never an error
+        return None
+    return count if count > 0 else None
+
+
 def backend_info() -> BackendInfo:
     """Says which path jbs runs on this machine and why. Never raises."""
     module, reason, built = load()

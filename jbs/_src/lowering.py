@@ -21,11 +21,11 @@ _OPS = {
     bsmm_fwd_p: (reference.forward, "jbs_bsmm_fwd",
                  ("fwd_offsets", "fwd_items", "fwd_chunks", "fwd_splits", "fwd_group_offsets",
                   "fwd_group_items", "fwd_wide_offsets", "fwd_wide_items", "fwd_wide_columns",
-                  "fwd_paired_offsets", "fwd_paired_items", "fwd_paired_columns")),
+                  "fwd_paired_offsets", "fwd_paired_items", "fwd_paired_columns", "fwd_packed")),
     bsmm_dx_p: (reference.input_grad, "jbs_bsmm_dx",
                 ("dx_offsets", "dx_items", "dx_chunks", "dx_splits", "dx_group_offsets",
                  "dx_group_items", "dx_wide_offsets", "dx_wide_items", "dx_wide_columns",
-                 "dx_paired_offsets", "dx_paired_items", "dx_paired_columns")),
+                 "dx_paired_offsets", "dx_paired_items", "dx_paired_columns", "dx_packed")),
     bsmm_dw_p: (reference.weight_grad, "jbs_bsmm_dw", ("dw_items", "dw_panel_items", "dw_panel_offsets")),
 }
 _TABLE_FIELDS = Tables._fields
@@ -140,21 +140,24 @@ _STREAM_EVEN_MIN_BYTES_F32 = 48 << 20
 
 def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
                                 num_cols: int, nnz: int, precision: int, in_groups: int,
-                                in_cols: int) -> int:
+                                in_cols: int, packed: bool = False) -> int:
     """float32 elements of the even-split small-N kernel's tiled activation (``in_groups`` of
     ``in_cols`` columns) and pieces, or 0 where the kernels would not take it (launch_small_n.cuh
     use_stream_even): by default 16-bit types at bs 16 and 32 with at least 24 MiB of weights,
-    fp32 at bs 32 and up to 32 rows from 48 MiB (its swizzled walk only);
+    fp32 at bs 32 and up to 32 rows from 48 MiB (its swizzled walk only), and with
+    JBS_STREAM_EVEN_PACKED=1 at any size where the op's table came ``packed`` (tables._packing);
     any bs of 16-64 with JBS_STREAM_EVEN=1; never with =0, for fp32 at HIGHEST, at large N or
     with too many output columns. Sized for the row tile of the global rows, at least each
     device's."""
     setting = os.environ.get("JBS_STREAM_EVEN", "")
     swizzled = (itemsize == 2 or block_size == 32) and os.environ.get("JBS_STREAM_EVEN_SWIZZLE", "") != "0"
     weight_bytes = nnz * block_size**2 * itemsize
+    packed = packed and swizzled and os.environ.get("JBS_STREAM_EVEN_PACKED", "") == "1"
     if itemsize == 2:
-        default = block_size in (16, 32) and weight_bytes >= _STREAM_EVEN_MIN_BYTES
+        default = block_size in (16, 32) and (weight_bytes >= _STREAM_EVEN_MIN_BYTES or packed)
     else:  # (a superset: the kernels leave fp32 to the warp-specialized kernel where it applies)
-        default = block_size == 32 and rows <= 32 and swizzled and weight_bytes >= _STREAM_EVEN_MIN_BYTES_F32
+        default = (block_size == 32 and rows <= 32 and swizzled
+                   and (weight_bytes >= _STREAM_EVEN_MIN_BYTES_F32 or packed))
     if (setting == "0" or (setting != "1" and not default) or rows > _STREAM_MAX_ROWS
             or block_size < 16 or nnz == 0 or num_cols > _STREAM_EVEN_MAX_COLS
             or (itemsize == 4 and precision == precision_lib.HIGHEST)):
@@ -317,7 +320,7 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                    jax.ShapeDtypeStruct((partials,), np.float32)]
         attributes["row_splits"] = np.int32(splits)
     else:
-        offsets, items, splits, group_offsets, group_items = (tables[i] for i in (0, 1, 3, 4, 5))
+        offsets, items, splits, group_offsets, group_items, packed = (tables[i] for i in (0, 1, 3, 4, 5, 12))
         out_cols = block_size * (offsets.shape[0] - 1)
         tma_groups = (tables[6] if _group_tma_wide(a.dtype.itemsize, block_size) else group_offsets).shape[0] - 1
         slices = _mid_n_slices(a.shape[1], groups, tma_groups)
@@ -330,7 +333,7 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                                                 items.shape[0], group_offsets, group_items),
                       _stream_even_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
                                                   offsets.shape[0] - 1, items.shape[0], precision,
-                                                  a.shape[0], a.shape[2]),
+                                                  a.shape[0], a.shape[2], packed=packed.shape[0] > 1),
                       _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),
@@ -528,11 +531,11 @@ def _cuda_rule(prim):
     keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables]
     is_dw = target == "jbs_bsmm_dw"
 
-    # The convolutions have no small-N path (no chunks or splits) and no TMA group kernel (no
-    # wide groups); their fwd and dx read the paired column groups too (the strip kernel's,
-    # tables.paired_order; a matmul's are the TMA kernel's at 16-bit bs 32).
+    # The convolutions have no small-N path (no chunks, splits or packing) and no TMA group
+    # kernel (no wide groups); their fwd and dx read the paired column groups too (the strip
+    # kernel's, tables.paired_order; a matmul's are the TMA kernel's at 16-bit bs 32).
     conv_keep = [0, 1] + [2 + _TABLE_FIELDS.index(name) for name in used_tables
-                          if not name.endswith(("_chunks", "_splits")) and "_wide_" not in name]
+                          if not name.endswith(("_chunks", "_splits", "_packed")) and "_wide_" not in name]
 
     def rule(ctx, *operands, precision, conv=None):
         axis_context = ctx.module_context.axis_context

@@ -15,6 +15,7 @@ int32 operands, never as compile-time constants, so a kernel serves every layout
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 from typing import NamedTuple
 
@@ -66,6 +67,10 @@ class Tables(NamedTuple):
     dx_paired_offsets: np.ndarray
     dx_paired_items: np.ndarray
     dx_paired_columns: np.ndarray
+    # Whole segments packed into the CTAs of the packed small-N walk (the reference path ignores
+    # them), see _packing: (2 nnz + 2 segments + ctas + 2,), or (1,) where there is no packing.
+    fwd_packed: np.ndarray
+    dx_packed: np.ndarray
 
 
 def _segments(keys: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +120,54 @@ def _chunks(offsets: np.ndarray, limit: int | None = None) -> tuple[np.ndarray, 
     table[len(chunks):, 1] = offsets[whole]
     table[len(chunks):, 2] = offsets[whole + 1]
     return table, np.asarray(splits, np.int64)
+
+
+# The packed small-N walk (cuda/matmul/bsmm_stream_even_kernel.cuh: PACKED; taken with
+# JBS_STREAM_EVEN_PACKED=1 until measured) gives each CTA whole output columns, so that no column
+# is summed across CTAs and no sum kernel follows the walk (~4.5-5 us at the seed shape,
+# benchmarks/NOTES.md, sessions 67-68). It pays only while its CTAs stay nearly equal: a packing
+# whose largest CTA holds more weight bytes above the mean than one SM streams in
+# _PACKED_MAX_EXCESS_US (a power-law hub, or too few columns per CTA) is not built, and the walk
+# cuts evenly instead. An SM's share of HBM: ~30 KB / us (H100 3.35, H200 4.8 TB/s over 132
+# SMs); the weights counted as 16-bit (fp32's excess costs twice that).
+_PACKED_MAX_EXCESS_US = 1.5
+_PACKED_SM_BYTES_PER_US = 30e3
+_PACKED_MAX_SEGMENTS = 4096  # the walk's kStreamEvenMaxCols
+# No packing: one element, not none (XLA's CPU compiler crashed on an empty table inside
+# shard_map, jax 0.11.2).
+_NO_PACKING = np.zeros(1, np.int32)
+
+
+def _packing(offsets: np.ndarray, items: np.ndarray, ctas: int | None, block_size: int) -> np.ndarray:
+    """The segments of an op's table (blocks of ``block_size``) packed into ``ctas`` CTAs:
+    longest first (stable), each onto the CTA with the fewest items so far (the lowest index on
+    ties), then the table reordered CTA by CTA, segments without items last (in no CTA).
+
+    One int32 array: the reordered items (2 nnz), their offsets (segments + 1), each reordered
+    segment's own index (segments), and the CTAs' first items (ctas + 1), so that its length
+    gives ``ctas``. _NO_PACKING where there is none: no CTA count (no GPU), no items, too many
+    segments, or unequal CTAs."""
+    counts = np.diff(offsets).astype(np.int64)
+    nnz = int(offsets[-1])
+    if not ctas or nnz == 0 or counts.size > _PACKED_MAX_SEGMENTS:
+        return _NO_PACKING.copy()
+    least = [(0, cta) for cta in range(ctas)]
+    members = [[] for _ in range(ctas)]
+    for seg in np.argsort(-counts, kind="stable"):
+        if counts[seg] == 0:
+            break
+        load, cta = heapq.heappop(least)
+        members[cta].append(int(seg))
+        heapq.heappush(least, (load + int(counts[seg]), cta))
+    excess_bytes = (max(load for load, _ in least) - nnz / ctas) * 2 * block_size**2
+    if excess_bytes > _PACKED_MAX_EXCESS_US * _PACKED_SM_BYTES_PER_US:
+        return _NO_PACKING.copy()
+    order = np.asarray([seg for cta in members for seg in cta] + np.flatnonzero(counts == 0).tolist(), np.int64)
+    new_offsets = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts[order], out=new_offsets[1:])
+    new_items = np.concatenate([items[offsets[seg]:offsets[seg + 1]] for seg in order]).reshape(-1, 2)
+    cta_items = np.cumsum([0] + [int(counts[cta].sum()) for cta in members])
+    return np.concatenate([new_items.ravel(), new_offsets, order, cta_items]).astype(np.int32)
 
 
 def group_width(block_size: int) -> int:
@@ -307,12 +360,15 @@ def _improve_by_swaps(order: np.ndarray, inputs: np.ndarray, width: int) -> np.n
 
 
 def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = None,
-                 shared_wide: bool = False, shared_paired: bool = False) -> Tables:
+                 shared_wide: bool = False, shared_paired: bool = False, packed_ctas: int | None = None,
+                 block_size: int = 32) -> Tables:
     """Builds the tables of a validated bool layout of shape (Cb, Kb); ``width`` is the column
     group width of the large-N kernels (group_width(block_size)), ``wide_width`` the TMA
     kernel's (wide_group_width(block_size); None: the same groups). With ``shared_wide`` the
     wide groups (where they are not the ordinary ones), with ``shared_paired`` the paired
-    groups take columns that share inputs (shared_input_order); otherwise theirs are in order."""
+    groups take columns that share inputs (shared_input_order); otherwise theirs are in order.
+    ``packed_ctas``: the CTAs (the GPU's SMs) of the packed small-N walk over blocks of
+    ``block_size`` (_packing; None: none)."""
     cb, kb = layout.shape
     rows, cols = np.nonzero(layout)  # row-major: the packed weight order
     blocks = np.arange(rows.size)
@@ -346,6 +402,8 @@ def build_tables(layout: np.ndarray, width: int = 4, wide_width: int | None = No
         dw_row_groups=as_i32(_row_groups(rows, max(width // 2, 1))),
         **dict(zip(("dw_panel_items", "dw_panel_offsets"),
                    map(as_i32, _dw_panels(rows, cols, dw_panel_columns(128 // width))))),
+        fwd_packed=_packing(fwd_offsets, fwd_items, packed_ctas, block_size),
+        dx_packed=_packing(dx_offsets, dx_items, packed_ctas, block_size),
     )
     for table in tables:
         table.setflags(write=False)
@@ -445,21 +503,22 @@ def _group_fields(fwd_offsets, fwd_items, dx_offsets, dx_items, width, fwd_order
 
 @functools.lru_cache(maxsize=256)
 def _cached(layout_bytes: bytes, shape: tuple[int, int], width: int, wide_width: int, shared_wide: bool,
-            shared_paired: bool) -> Tables:
+            shared_paired: bool, packed_ctas: int | None, block_size: int) -> Tables:
     return build_tables(np.frombuffer(layout_bytes, dtype=bool).reshape(shape), width, wide_width, shared_wide,
-                        shared_paired)
+                        shared_paired, packed_ctas, block_size)
 
 
-def tables_for(layout: np.ndarray, block_size: int = 32) -> Tables:
+def tables_for(layout: np.ndarray, block_size: int = 32, packed_ctas: int | None = None) -> Tables:
     """Cached tables of a bool layout: rebuilding an op with the same layout is free. The
     groups the large-N kernels read take columns that share inputs: the wide ones (the TMA
     kernel's), and the paired ones at bs 16 and 32 (the TMA kernel's 16-bit bs 32 groups, and
     the wgmma group kernels'; at bs 64 they stay in order, where those kernels do not run by
     default). JBS_SHARED_INPUT_GROUPS=0 keeps them all in order (to compare; read when an op
-    is built)."""
+    is built). ``packed_ctas``: see build_tables."""
     shared = os.environ.get("JBS_SHARED_INPUT_GROUPS") != "0"
     return _cached(np.ascontiguousarray(layout, dtype=bool).tobytes(), layout.shape, group_width(block_size),
-                   wide_group_width(block_size), shared, shared and block_size in (16, 32))
+                   wide_group_width(block_size), shared, shared and block_size in (16, 32), packed_ctas,
+                   block_size)
 
 
 def pairs_columns(layout: np.ndarray, width: int, pairing: str = "auto") -> bool:
