@@ -3,7 +3,8 @@
 # sessions 63-66), for the bf16 bs 32 announcement shape:
 #   1. per warp of one launch of the even walk: ramp (split at the items in hand and griddep_wait),
 #      tail, span, and the op's time beyond the span; and the same launch's sum kernel per output
-#      column, then the packed walk (whole columns per CTA, no sum kernel) against it, A / B / A / B
+#      column, then the packed walk (whole columns per CTA, no sum kernel) against it, A / B / A / B,
+#      and the packed walk with its prologue staggered over the warps
 #      (benchmarks/microbench/walk_timeline.cu, jbs's own launcher, built here);
 #   2. per op: each kernel's median start and end within its op, and the ops' period
 #      (scripts/profile_kernels.py through CUPTI; needs jbs built: scripts/gpu_check.sh builds it).

@@ -18,8 +18,11 @@
 //   4. the PACKED walk (bsmm_stream_even_kernel.cuh): whole columns packed into the CTAs longest
 //      first onto the least loaded (pack_columns), so that no sum kernel follows, timed against
 //      the even walk in the same graph harness (A / B / A / B), its outputs checked against the
-//      even walk's, and its span from the same stamps (benchmarks/NOTES.md, session 68).
-// Output: one markdown row per density in each of three tables (the walk; its sum kernel; packed).
+//      even walk's, and its span from the same stamps (benchmarks/NOTES.md, session 68);
+//   5. the packed walk with its prologue depth staggered over the warps (g_walk_stagger: warp gw
+//      issues 1 + gw % k stages first, then catches up two a step), k = 0 (off), 2 and 5.
+// Output: one markdown row per density in each of four tables (the walk; its sum kernel; packed;
+// staggered).
 //
 // Build and run on the GPU machine (densities as denominators, default 2 4 8 16):
 //   nvcc -O3 -std=c++17 -I cuda -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
@@ -198,7 +201,7 @@ static double percentile(std::vector<double> v, double q) {
 
 static double g_copy_bytes_per_us = 0;
 // The sum kernel's rows (table 2) and the packed walk's (table 3), printed after table 1.
-static std::vector<std::string> g_sum_rows, g_packed_rows;
+static std::vector<std::string> g_sum_rows, g_packed_rows, g_stagger_rows;
 
 // One launch of `op` (after a warm one) with the walk's per-warp stamps: (warps_max, kWalkStamps).
 template <typename Op>
@@ -220,18 +223,18 @@ static std::vector<unsigned long long> walk_stamps(Op op, int64_t warps_max, cud
   return t;
 }
 
-// The warps' ends, in us from the first warp's start.
-static std::vector<double> walk_ends(const std::vector<unsigned long long>& t) {
+// Stamp `slot` of every warp (2: its end, 1: its first data), in us from the first warp's start.
+static std::vector<double> walk_times(const std::vector<unsigned long long>& t, int slot = 2) {
   constexpr int K = jbs::kWalkStamps;
   unsigned long long t0 = ~0ull;
   for (size_t i = 0; i < t.size() / K; ++i) {
     if (t[K * i] != 0) t0 = std::min(t0, t[K * i]);
   }
-  std::vector<double> ends;
+  std::vector<double> times;
   for (size_t i = 0; i < t.size() / K; ++i) {
-    if (t[K * i] != 0) ends.push_back((t[K * i + 2] - t0) * 1e-3);
+    if (t[K * i] != 0) times.push_back((static_cast<double>(t[K * i + slot]) - t0) * 1e-3);
   }
-  return ends;
+  return times;
 }
 
 static std::vector<float> download(const T* y, size_t count) {
@@ -404,13 +407,36 @@ static void run(int denominator, cudaStream_t stream, int sms) {
   const double even_a = graph_us(stream, calls, op), packed_a = graph_us(stream, calls, packed_op);
   const double even_b = graph_us(stream, calls, op), packed_b = graph_us(stream, calls, packed_op);
   const double even_us = std::min(even_a, even_b), packed_us = std::min(packed_a, packed_b);
-  const std::vector<double> pends = walk_ends(walk_stamps(packed_op, warps_max, stream));
+  const std::vector<double> pends = walk_times(walk_stamps(packed_op, warps_max, stream));
   std::snprintf(row, sizeof(row),
                 "| 1/%d | %.3f | %.1f / %.1f | %.1f / %.1f | %.3f | %.2f | %.1f / %.1f / %.1f | %.1f | %zu | %.2g |",
                 denominator, pk.max_over_mean, even_a, even_b, packed_a, packed_b, packed_us / even_us,
                 packed_us / floor_us, percentile(pends, 0.0), percentile(pends, 0.5), percentile(pends, 1.0),
                 packed_us - percentile(pends, 1.0), bad, most > 0 ? diff / most : diff);
   g_packed_rows.push_back(row);
+
+  // The packed walk with its prologue staggered (each k timed twice, alternating).
+  const int staggers[] = {0, 2, 5};
+  double stagger_us[3] = {1e30, 1e30, 1e30};
+  for (int round = 0; round < 2; ++round) {
+    for (int k = 0; k < 3; ++k) {
+      CHECK(cudaMemcpyToSymbol(jbs::g_walk_stagger, &staggers[k], sizeof(int)));
+      stagger_us[k] = std::min(stagger_us[k], graph_us(stream, calls, packed_op));
+    }
+  }
+  std::string cells;
+  for (int k = 0; k < 3; ++k) {
+    CHECK(cudaMemcpyToSymbol(jbs::g_walk_stagger, &staggers[k], sizeof(int)));
+    const std::vector<unsigned long long> st = walk_stamps(packed_op, warps_max, stream);
+    const std::vector<double> firsts = walk_times(st, 1), ends = walk_times(st, 2);
+    char cell[128];
+    std::snprintf(cell, sizeof(cell), " %.1f | %.2f / %.2f | %.1f / %.1f |", stagger_us[k], percentile(firsts, 0.1),
+                  percentile(firsts, 0.5), percentile(ends, 0.5), percentile(ends, 1.0));
+    cells += cell;
+  }
+  const int off = 0;
+  CHECK(cudaMemcpyToSymbol(jbs::g_walk_stagger, &off, sizeof(int)));
+  g_stagger_rows.push_back("| 1/" + std::to_string(denominator) + " |" + cells);
   CHECK(cudaFree(pk_offsets));
   CHECK(cudaFree(pk_items));
   CHECK(cudaFree(pk_ctas));
@@ -471,5 +497,11 @@ int main(int argc, char** argv) {
               "packed end min / p50 / max | op - span | non-finite outputs | max diff / max y |\n"
               "|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& row : g_packed_rows) std::printf("%s\n", row.c_str());
+  std::printf("\nThe packed walk with its prologue depth staggered over the warps (k = 0: all issue their "
+              "S - 1 stages at once; k: warp gw first issues 1 + gw %% k, then catches up two a step); op us, "
+              "first data p10 / p50, ends p50 / max:\n\n");
+  std::printf("| density | k 0 op | first data | ends | k 2 op | first data | ends | k 5 op | first data | ends |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& row : g_stagger_rows) std::printf("%s\n", row.c_str());
   return 0;
 }

@@ -143,6 +143,11 @@ __device__ unsigned long long* g_walk_times = nullptr;
 // pieces loaded and added (0 for a column not cut), end}, where g_sum_times points.
 constexpr int kSumStamps = 4;
 __device__ unsigned long long* g_sum_times = nullptr;
+// The swizzled walk's prologue depth, staggered over the warps (0: every warp issues S - 1
+// stages at once, as jbs's build does): warp gw first issues 1 + gw % g_walk_stagger stages and
+// then catches up two items a step. An experiment on session 67's reading of the ramp (every
+// stage of the first burst lands at its end; benchmarks/NOTES.md, session 68).
+__device__ int g_walk_stagger = 0;
 
 __device__ __forceinline__ unsigned long long walk_clock_ns() {
   unsigned long long t;
@@ -396,9 +401,19 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
 #ifdef JBS_WALK_TIMES
   walk_dependency = walk_clock_ns();
 #endif
+#ifdef JBS_WALK_TIMES
+  const int stagger = SWIZZLED ? g_walk_stagger : 0;
+#else
+  constexpr int stagger = 0;
+#endif
+  const int depth0 = stagger > 0 ? cmin(S - 1, 1 + gw % stagger) : S - 1;
+  int issued = 0;  // items issued (tracked for the staggered prologue only)
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < cnt) issue(s, s);
+    if (s < cnt && s < depth0) {
+      issue(s, s);
+      ++issued;
+    }
     cp_async_commit();
   }
 
@@ -446,7 +461,17 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
 #ifdef JBS_WALK_TIMES
     if (t == 0) walk_first_data = walk_clock_ns();
 #endif
-    if (tl < cnt) {
+    if (stagger > 0) {
+      // Catch up to the full depth (item t + S - 1 goes where item t - 1 was), two items a step.
+      for (int k = 0; k < 2 && issued < cnt && issued <= tl; ++k) {
+        if ((issued & 31) == 0) {
+          bcur = bnxt;
+          bnxt = fetch_item_batch(items, base, 1, cnt, (issued >> 5) + 1, lane);
+        }
+        issue(issued % S, issued);
+        ++issued;
+      }
+    } else if (tl < cnt) {
       if ((tl & 31) == 0) {
         bcur = bnxt;
         bnxt = fetch_item_batch(items, base, 1, cnt, (tl >> 5) + 1, lane);
