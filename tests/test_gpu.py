@@ -452,6 +452,7 @@ def test_packed_even_walk_sums_whole_columns_in_its_ctas(rng, monkeypatch, dtype
     layout[:, 11] = False
     runtime = pytest.importorskip("cupy").cuda.runtime
     sms = runtime.deviceGetAttribute(16, runtime.getDevice())  # cudaDevAttrMultiProcessorCount
+    monkeypatch.setenv("JBS_STREAM_EVEN_PACKED", "1")  # (read when the op is built, and at launch)
     assert extension.packed_walk_ctas() == sms  # jax reports the SMs as the kernels count them
     bsmm = jbs.BlockSparseMatMul(layout, bs)
     assert bsmm._tables.fwd_packed.size > 1 and bsmm._tables.dx_packed.size > 1

@@ -1,5 +1,9 @@
 """Layout generators, lookup tables and initialisers."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import jax
@@ -72,10 +76,11 @@ def test_tables_describe_the_layout(rng):
 
 def _unpack_packing(packed, nnz, segments):
     """The parts of a _packing table: items, offsets, columns, CTAs' first items."""
+    start = -(-2 * nnz // 4) * 4  # the items padded to 16 bytes
     items = packed[:2 * nnz].reshape(-1, 2)
-    offsets = packed[2 * nnz:2 * nnz + segments + 1]
-    columns = packed[2 * nnz + segments + 1:2 * nnz + 2 * segments + 1]
-    cta_items = packed[2 * nnz + 2 * segments + 1:]
+    offsets = packed[start:start + segments + 1]
+    columns = packed[start + segments + 1:start + 2 * segments + 1]
+    cta_items = packed[start + 2 * segments + 1:]
     return items, offsets, columns, cta_items
 
 
@@ -89,11 +94,17 @@ def test_packed_walk_tables_give_each_cta_whole_columns(rng, ctas):
     layout = jbs.layouts.random(400, 400, 0.05, seed=3)
     layout[7, :] = False
     layout[:, 11] = False
-    t = build_tables(layout, packed_ctas=ctas)
-    nnz = int(layout.sum())
+    odd = layout.copy()
+    odd[np.argwhere(odd)[0][0], np.argwhere(odd)[0][1]] = False  # the other parity: items padded to 16 bytes
+    assert (layout.sum() - odd.sum()) == 1
+    for layout in (layout, odd):
+        _check_packing(build_tables(layout, packed_ctas=ctas), int(layout.sum()), ctas)
+
+
+def _check_packing(t, nnz, ctas):
     for offsets, items, packed in ((t.fwd_offsets, t.fwd_items, t.fwd_packed), (t.dx_offsets, t.dx_items, t.dx_packed)):
         segments = offsets.size - 1
-        assert packed.dtype == np.int32 and packed.size == 2 * nnz + 2 * segments + ctas + 2
+        assert packed.dtype == np.int32 and packed.size == -(-2 * nnz // 4) * 4 + 2 * segments + ctas + 2
         new_items, new_offsets, columns, cta_items = _unpack_packing(packed, nnz, segments)
         assert sorted(columns) == list(range(segments))
         for s in range(segments):
@@ -122,6 +133,21 @@ def test_packed_walk_tables_are_empty_where_the_walk_would_not_pay(rng):
     assert build_conv_tables(layout, 4).fwd_packed.size == 1
     assert tables_for(layout, 32, packed_ctas=132).fwd_packed.size > 1
     assert tables_for(layout, 32).fwd_packed.size == 1
+
+
+def test_building_an_op_leaves_jax_backends_alone():
+    """Building an op asks jax for no devices (the packed walk's SM count is asked for only with
+    JBS_STREAM_EVEN_PACKED=1): jax.distributed.initialize, which must run before any backend
+    starts, may still come after. In a fresh Python, as this process's backends are running."""
+    script = ("import numpy as np, jbs\n"
+              "from jax._src import xla_bridge\n"
+              "jbs.BlockSparseMatMul(np.ones((2, 3), bool), 16)\n"
+              "jbs.BlockSparseConv(np.ones((2, 3), bool), 16, (3, 3))\n"
+              "print(xla_bridge.backends_are_initialized())\n")
+    env = {k: v for k, v in os.environ.items() if k != "JBS_STREAM_EVEN_PACKED"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == "False"
 
 
 @pytest.mark.parametrize("density", [1.0, 0.4, 0.1])

@@ -457,18 +457,19 @@ def test_small_n_scratch_sizes_the_even_split_pieces(monkeypatch, itemsize, bloc
 def test_small_n_scratch_reserves_the_packed_walks_pieces_at_any_size(monkeypatch, itemsize, block_size, rows,
                                                                       setting, room):
     """With JBS_STREAM_EVEN_PACKED=1 a table that came packed (tables._packing) takes the
-    even-split walk's scratch whatever its bytes (1000 blocks here), where the walk has a packed
-    variant: 16-bit types at bs 16 and 32, fp32 at bs 32 and up to 32 rows; an unpacked table, or
-    the packing not asked for, keeps the rule by bytes (none here)."""
+    even-split walk's scratch whatever its bytes (1000 blocks here), for 8 warps in each of its
+    132 CTAs (launch_small_n.cuh: packing_offered), where the walk has a packed variant: 16-bit
+    types at bs 16 and 32, fp32 at bs 32 and up to 32 rows; an unpacked table, or the packing
+    not asked for, keeps the rule by bytes (none here)."""
     monkeypatch.delenv("JBS_STREAM_EVEN", raising=False)
     monkeypatch.delenv("JBS_STREAM_EVEN_SWIZZLE", raising=False)
     monkeypatch.setenv("JBS_STREAM_EVEN_PACKED", setting)
-    size = lambda packed: lowering._stream_even_scratch_floats(1, rows, itemsize, block_size, 40, 1000, 0, 1,
-                                                               40 * block_size, packed=packed)
+    size = lambda ctas: lowering._stream_even_scratch_floats(1, rows, itemsize, block_size, 40, 1000, 0, 1,
+                                                             40 * block_size, packed_ctas=ctas)
     row_tile = 16 if rows <= 16 else (32 if rows <= 32 else 64)
     tiled = -(-40 * block_size * row_tile * itemsize // 256) * 256 // 4
-    assert size(True) == (tiled + 2 * 1000 * row_tile * block_size if room else 0)
-    assert size(False) == 0
+    assert size(132) == (tiled + 2 * 8 * 132 * row_tile * block_size if room else 0)
+    assert size(0) == 0
 
 
 @pytest.mark.parametrize("itemsize,block_size,nnz,room", [

@@ -56,7 +56,7 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
   JBS_RETURN_IF_ERROR(check_index(target, "operand items", items, 2, "(nnz, 2)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand chunks", chunks, 2, "(num_chunks, 4)"));
   JBS_RETURN_IF_ERROR(check_index(target, "operand splits", splits, 2, "(n_split + 1, 2)"));
-  JBS_RETURN_IF_ERROR(check_index(target, "operand packed", packed, 1, "(2 nnz + 2 out blocks + ctas + 2,) or (1,)"));
+  JBS_RETURN_IF_ERROR(check_index(target, "operand packed", packed, 1, "(items + 2 out blocks + ctas + 2,) or (1,)"));
   JBS_RETURN_IF_ERROR(check_data(target, out_name, out, dt, 3, out_layout));
 
   const int64_t bs = block_size;
@@ -122,14 +122,16 @@ ffi::Error bsmm_blocks(const char* target, bool transpose, cudaStream_t stream,
     return invalid(target, "operand splits has shape " + shape_str(splits.dimensions()) +
                                ", expected (n_split + 1, 2) with n_split <= num_chunks");
   }
-  // The packing's CTAs follow from its length (tables.py: _packing); one element: no packing.
+  // The packing's CTAs follow from its length (tables.py: _packing; its items are 2 nnz ints
+  // padded to a multiple of 4); one element: no packing.
   const int64_t packed_size = packed.dimensions()[0];
-  const int64_t packed_ctas = packed_size - 2 * nnz - 2 * out_blocks - 2;
+  const int64_t packed_ctas = packed_size - packed_items_ints(nnz) - 2 * out_blocks - 2;
   const bool has_packing = packed_size > 1;
   if (packed_size < 1 || (has_packing && (packed_ctas < 1 || packed_ctas > kMaxGridX))) {
     return invalid(target, "operand packed has shape " + shape_str(packed.dimensions()) +
-                               ", expected (1,) or (2 nnz + 2 " + out_letter +
-                               "/bs + ctas + 2,) with ctas >= 1 for nnz = " + to_string(nnz));
+                               ", expected (1,) or (items + 2 " + out_letter +
+                               "/bs + ctas + 2,) with ctas >= 1 and items = 2 nnz rounded up to 4 for nnz = " +
+                               to_string(nnz));
   }
   const int64_t need_scratch = stream_scratch_bytes(rows, groups, n_split, bs);
   if (static_cast<int64_t>(scratch.size_bytes()) < need_scratch) {
@@ -306,7 +308,7 @@ ffi::Error BsmmDwImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer dy,
       .Arg<ffi::AnyBuffer>() /* paired_offsets int32 (num_groups + 1) */                   \
       .Arg<ffi::AnyBuffer>() /* paired_items int32 (n, 1 + width) */                       \
       .Arg<ffi::AnyBuffer>() /* paired_columns int32 (num_groups * width) */               \
-      .Arg<ffi::AnyBuffer>() /* packed int32 (2 nnz + 2 out blocks + ctas + 2) or (1) */   \
+      .Arg<ffi::AnyBuffer>() /* packed int32 (items + 2 out blocks + ctas + 2) or (1) */    \
       .Ret<ffi::AnyBuffer>() /* y or dx (G, N, K or C) */                                  \
       .Ret<ffi::AnyBuffer>() /* scratch float32 (small-N splits) */                        \
       .Attr<int32_t>("block_size")                                                         \

@@ -26,6 +26,9 @@ inline constexpr int wide_group_width(int64_t bs) {
 }
 
 // Arguments of the fwd / dx kernel (one kernel, transpose_w selects dx).
+// The ints of a packing's items (tables.py: _packing): 2 per item, padded to 16 bytes.
+inline int64_t packed_items_ints(int64_t nnz) { return (2 * nnz + 3) / 4 * 4; }
+
 struct BsmmBlocksArgs {
   const void* in = nullptr;
   const void* w = nullptr;
@@ -81,7 +84,7 @@ struct BsmmBlocksArgs {
   const int32_t* paired_columns = nullptr;
   int64_t num_paired_items = 0;
   // Whole output columns packed into `packed_ctas` CTAs for the packed small-N walk (tables.py:
-  // _packing; bsmm_stream_even_kernel.cuh: EvenPacking): the reordered items (2 nnz), their
+  // _packing; bsmm_stream_even_kernel.cuh: EvenPacking): the reordered items (packed_items_ints), their
   // offsets (out blocks + 1), the reordered columns (out blocks), the CTAs' first items
   // (packed_ctas + 1). nullptr: none.
   const int32_t* packed = nullptr;

@@ -427,7 +427,7 @@ bool even_packing(const BsmmBlocksArgs& a, EvenPacking* packing) {
     }
     const int64_t segments = a.out_cols / BS;
     packing->items = a.packed;
-    packing->offsets = a.packed + 2 * a.nnz;
+    packing->offsets = a.packed + packed_items_ints(a.nnz);
     packing->columns = packing->offsets + segments + 1;
     packing->cta_items = packing->columns + segments;
     packing->ctas = a.packed_ctas;

@@ -104,11 +104,21 @@ def _gpus() -> list:
         return []
 
 
-@functools.cache
 def packed_walk_ctas() -> int | None:
-    """The CTAs of the packed small-N walk (tables.py: _packing): the SM count of the first GPU
-    where the CUDA kernels run there, else None (no packing is built). The kernels take the
-    packing only on a GPU with that many SMs (cuda/matmul/launch_small_n.cuh: even_packing)."""
+    """The CTAs of the packed small-N walk (tables.py: _packing): with JBS_STREAM_EVEN_PACKED=1
+    (read when an op is built; the walk is not yet the default, benchmarks/NOTES.md, session 68),
+    the SM count of the first GPU where the CUDA kernels run there; else None (no packing is
+    built). The kernels take the packing only on a GPU with that many SMs
+    (cuda/matmul/launch_small_n.cuh: even_packing). Without the switch nothing asks jax for its
+    devices, so building an op does not start a backend (jax.distributed.initialize must come
+    first)."""
+    if os.environ.get("JBS_STREAM_EVEN_PACKED", "") != "1":
+        return None
+    return _gpu_sm_count()
+
+
+@functools.cache
+def _gpu_sm_count() -> int | None:
     if load()[0] is None:
         return None
     gpus = [gpu for gpu in _gpus() if runs_kernels(gpu)]

@@ -140,19 +140,20 @@ _STREAM_EVEN_MIN_BYTES_F32 = 48 << 20
 
 def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_size: int,
                                 num_cols: int, nnz: int, precision: int, in_groups: int,
-                                in_cols: int, packed: bool = False) -> int:
+                                in_cols: int, packed_ctas: int = 0) -> int:
     """float32 elements of the even-split small-N kernel's tiled activation (``in_groups`` of
     ``in_cols`` columns) and pieces, or 0 where the kernels would not take it (launch_small_n.cuh
     use_stream_even): by default 16-bit types at bs 16 and 32 with at least 24 MiB of weights,
     fp32 at bs 32 and up to 32 rows from 48 MiB (its swizzled walk only), and with
-    JBS_STREAM_EVEN_PACKED=1 at any size where the op's table came ``packed`` (tables._packing);
+    JBS_STREAM_EVEN_PACKED=1 at any size where the op's table came packed for ``packed_ctas``
+    CTAs (tables._packing), with room for their 8 warps each;
     any bs of 16-64 with JBS_STREAM_EVEN=1; never with =0, for fp32 at HIGHEST, at large N or
     with too many output columns. Sized for the row tile of the global rows, at least each
     device's."""
     setting = os.environ.get("JBS_STREAM_EVEN", "")
     swizzled = (itemsize == 2 or block_size == 32) and os.environ.get("JBS_STREAM_EVEN_SWIZZLE", "") != "0"
     weight_bytes = nnz * block_size**2 * itemsize
-    packed = packed and swizzled and os.environ.get("JBS_STREAM_EVEN_PACKED", "") == "1"
+    packed = packed_ctas > 0 and swizzled and os.environ.get("JBS_STREAM_EVEN_PACKED", "") == "1"
     if itemsize == 2:
         default = block_size in (16, 32) and (weight_bytes >= _STREAM_EVEN_MIN_BYTES or packed)
     else:  # (a superset: the kernels leave fp32 to the warp-specialized kernel where it applies)
@@ -166,7 +167,10 @@ def _stream_even_scratch_floats(groups: int, rows: int, itemsize: int, block_siz
     tiled_bytes = 0
     if swizzled:
         tiled_bytes = -(-in_groups * in_cols * row_tile * itemsize // 256) * 256
-    return tiled_bytes // 4 + groups * 2 * min(nnz, _STREAM_EVEN_RESERVED_WARPS) * row_tile * block_size
+    warps = min(nnz, _STREAM_EVEN_RESERVED_WARPS)
+    if packed:  # (launch_small_n.cuh: packing_offered)
+        warps = max(warps, 8 * packed_ctas)
+    return tiled_bytes // 4 + groups * 2 * warps * row_tile * block_size
 
 
 # Small-N path on sm_90 that cuts the union items of the column groups evenly over the warps
@@ -283,6 +287,13 @@ def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int
     return _then_partials(transposed, partials)
 
 
+def _packed_ctas(packed, items, offsets) -> int:
+    """The CTAs a fwd / dx table was packed for (tables._packing: its length gives them), or 0."""
+    if packed.shape[0] <= 1:
+        return 0
+    return packed.shape[0] - -(-2 * items.shape[0] // 4) * 4 - 2 * (offsets.shape[0] - 1) - 2
+
+
 def _packed_scratch_floats(a, block_size: int, precision: int, slices: int, groups: int,
                            out_cols: int) -> int:
     """float32 elements that hold the wgmma group kernel's packed copy of activation ``a``
@@ -333,7 +344,7 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                                                 items.shape[0], group_offsets, group_items),
                       _stream_even_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
                                                   offsets.shape[0] - 1, items.shape[0], precision,
-                                                  a.shape[0], a.shape[2], packed=packed.shape[0] > 1),
+                                                  a.shape[0], a.shape[2], _packed_ctas(packed, items, offsets)),
                       _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),

@@ -68,7 +68,8 @@ class Tables(NamedTuple):
     dx_paired_items: np.ndarray
     dx_paired_columns: np.ndarray
     # Whole segments packed into the CTAs of the packed small-N walk (the reference path ignores
-    # them), see _packing: (2 nnz + 2 segments + ctas + 2,), or (1,) where there is no packing.
+    # them), see _packing: (items + 2 segments + ctas + 2,) with items = 2 nnz rounded up to a
+    # multiple of 4, or (1,) where there is no packing.
     fwd_packed: np.ndarray
     dx_packed: np.ndarray
 
@@ -143,9 +144,9 @@ def _packing(offsets: np.ndarray, items: np.ndarray, ctas: int | None, block_siz
     longest first (stable), each onto the CTA with the fewest items so far (the lowest index on
     ties), then the table reordered CTA by CTA, segments without items last (in no CTA).
 
-    One int32 array: the reordered items (2 nnz), their offsets (segments + 1), each reordered
-    segment's own index (segments), and the CTAs' first items (ctas + 1), so that its length
-    gives ``ctas``. _NO_PACKING where there is none: no CTA count (no GPU), no items, too many
+    One int32 array: the reordered items (2 nnz, zero-padded to a multiple of 4 so that what
+    follows starts on 16 bytes), their offsets (segments + 1), each reordered segment's own index
+    (segments), and the CTAs' first items (ctas + 1), so that its length gives ``ctas``. _NO_PACKING where there is none: no CTA count (no GPU), no items, too many
     segments, or unequal CTAs."""
     counts = np.diff(offsets).astype(np.int64)
     nnz = int(offsets[-1])
@@ -167,7 +168,8 @@ def _packing(offsets: np.ndarray, items: np.ndarray, ctas: int | None, block_siz
     np.cumsum(counts[order], out=new_offsets[1:])
     new_items = np.concatenate([items[offsets[seg]:offsets[seg + 1]] for seg in order]).reshape(-1, 2)
     cta_items = np.cumsum([0] + [int(counts[cta].sum()) for cta in members])
-    return np.concatenate([new_items.ravel(), new_offsets, order, cta_items]).astype(np.int32)
+    padding = np.zeros(-2 * nnz % 4, np.int64)
+    return np.concatenate([new_items.ravel(), padding, new_offsets, order, cta_items]).astype(np.int32)
 
 
 def group_width(block_size: int) -> int:
