@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from hypothesis import given, settings, strategies as st
 
 import jbs
-from jbs._src.tables import (build_conv_tables, build_tables, dw_panel_columns, paired_order, pairs_columns,
-                             shared_input_order, tables_for, wide_group_width)
+from jbs._src.tables import (build_conv_tables, build_tables, dw_panel_columns, packing_ctas, paired_order,
+                             pairs_columns, shared_input_order, tables_for, wide_group_width)
 from helpers import awkward_layout, dense_f64, heavy_column_layout, f64, random_array, rel_error
 
 
@@ -105,6 +105,7 @@ def _check_packing(t, nnz, ctas):
     for offsets, items, packed in ((t.fwd_offsets, t.fwd_items, t.fwd_packed), (t.dx_offsets, t.dx_items, t.dx_packed)):
         segments = offsets.size - 1
         assert packed.dtype == np.int32 and packed.size == -(-2 * nnz // 4) * 4 + 2 * segments + ctas + 2
+        assert packing_ctas(packed.size, nnz, segments) == ctas
         new_items, new_offsets, columns, cta_items = _unpack_packing(packed, nnz, segments)
         assert sorted(columns) == list(range(segments))
         for s in range(segments):

@@ -14,7 +14,7 @@ from jax.interpreters import mlir
 from jbs._src import dense_fallback, extension, reference, sharding
 from jbs._src import precision as precision_lib
 from jbs._src.primitives import bsmm_dw_p, bsmm_dx_p, bsmm_fwd_p
-from jbs._src.tables import Tables
+from jbs._src.tables import Tables, packing_ctas
 
 # primitive -> (reference function, FFI target, which lookup tables the kernel reads)
 _OPS = {
@@ -287,13 +287,6 @@ def _group_tma_scratch_floats(target: str, a, b, block_size: int, precision: int
     return _then_partials(transposed, partials)
 
 
-def _packed_ctas(packed, items, offsets) -> int:
-    """The CTAs a fwd / dx table was packed for (tables._packing: its length gives them), or 0."""
-    if packed.shape[0] <= 1:
-        return 0
-    return packed.shape[0] - -(-2 * items.shape[0] // 4) * 4 - 2 * (offsets.shape[0] - 1) - 2
-
-
 def _packed_scratch_floats(a, block_size: int, precision: int, slices: int, groups: int,
                            out_cols: int) -> int:
     """float32 elements that hold the wgmma group kernel's packed copy of activation ``a``
@@ -344,7 +337,8 @@ def _ffi_call(target, block_size, precision, a, b, *tables):
                                                 items.shape[0], group_offsets, group_items),
                       _stream_even_scratch_floats(groups, a.shape[1], a.dtype.itemsize, block_size,
                                                   offsets.shape[0] - 1, items.shape[0], precision,
-                                                  a.shape[0], a.shape[2], _packed_ctas(packed, items, offsets)),
+                                                  a.shape[0], a.shape[2],
+                                                  packing_ctas(packed.shape[0], items.shape[0], offsets.shape[0] - 1)),
                       _stream_even_group_scratch_floats(groups, a.shape[1], a.dtype.itemsize,
                                                         block_size, items.shape[0], group_offsets,
                                                         group_items),

@@ -146,7 +146,8 @@ def _packing(offsets: np.ndarray, items: np.ndarray, ctas: int | None, block_siz
 
     One int32 array: the reordered items (2 nnz, zero-padded to a multiple of 4 so that what
     follows starts on 16 bytes), their offsets (segments + 1), each reordered segment's own index
-    (segments), and the CTAs' first items (ctas + 1), so that its length gives ``ctas``. _NO_PACKING where there is none: no CTA count (no GPU), no items, too many
+    (segments), and the CTAs' first items (ctas + 1), so that its length gives ``ctas``
+    (packing_ctas). _NO_PACKING where there is none: no CTA count (no GPU), no items, too many
     segments, or unequal CTAs."""
     counts = np.diff(offsets).astype(np.int64)
     nnz = int(offsets[-1])
@@ -170,6 +171,12 @@ def _packing(offsets: np.ndarray, items: np.ndarray, ctas: int | None, block_siz
     cta_items = np.cumsum([0] + [int(counts[cta].sum()) for cta in members])
     padding = np.zeros(-2 * nnz % 4, np.int64)
     return np.concatenate([new_items.ravel(), padding, new_offsets, order, cta_items]).astype(np.int32)
+
+
+def packing_ctas(size: int, nnz: int, segments: int) -> int:
+    """The CTAs of a _packing table of ``size`` ints over ``nnz`` items in ``segments`` segments
+    (cuda/ffi/bsmm.cu reads it the same way), or 0 for _NO_PACKING."""
+    return 0 if size <= 1 else size - -(-2 * nnz // 4) * 4 - 2 * segments - 2
 
 
 def group_width(block_size: int) -> int:
