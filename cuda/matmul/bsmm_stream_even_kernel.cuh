@@ -400,9 +400,7 @@ __global__ void __launch_bounds__(StreamEvenConfig<T, BS, TRANS, TN, SWIZZLED, D
   if constexpr (SWIZZLED) griddep_wait();
 #ifdef JBS_WALK_TIMES
   walk_dependency = walk_clock_ns();
-#endif
-#ifdef JBS_WALK_TIMES
-  const int stagger = SWIZZLED ? g_walk_stagger : 0;
+  const int stagger = SWIZZLED ? g_walk_stagger : 0;  // the staggered prologue (g_walk_stagger)
 #else
   constexpr int stagger = 0;
 #endif
